@@ -1,0 +1,16 @@
+"""cs3-bench: CS3-Bench (Mandarin-English code-switching speech-to-speech) for lm-evaluation-harness.
+
+Public surface, one module per job:
+
+- ``cs3_tasks.text``     normalisation and zh/en language tagging of mixed text
+- ``cs3_tasks.audio``    reading, resampling and encoding audio (no torchcodec)
+- ``cs3_tasks.asr``      ``transcribe_batch`` (faster-whisper / openai-whisper, cached)
+- ``cs3_tasks.tts``      speech synthesis backends (espeak-ng, CosyVoice2)
+- ``cs3_tasks.judge``    the LLM judge (OpenAI-compatible, cached, retried)
+- ``cs3_tasks.metrics``  the CS3-Bench metrics, pure functions of strings
+- ``cs3_tasks.data``     source validation and dataset loading (Hub, local build, embedded demo)
+- ``cs3_tasks.build``    the dataset build pipeline (TTS -> ASR QC -> parquet + card)
+- ``cs3_tasks.scoring``  scoring pre-generated outputs; ``cs3_tasks.report`` leaderboards and figures
+"""
+
+__version__ = "0.1.0"

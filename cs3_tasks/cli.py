@@ -1,0 +1,50 @@
+"""The ``cs3-bench`` command line.
+
+Each subcommand lives in the module that does the work: that module defines
+``add_arguments(parser)`` and ``run(args) -> int`` (the exit code). Heavy imports (torch, whisper,
+lm-eval) stay inside those functions so that ``cs3-bench --help`` is fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> (module, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "build-dataset": ("cs3_tasks.build", "build the HF dataset: source JSON -> TTS -> ASR QC -> parquet + card"),
+    "score": ("cs3_tasks.scoring", "score pre-generated outputs (text + speech) of one set"),
+    "report": ("cs3_tasks.report", "leaderboard (markdown + CSV) and figure across scored result dirs"),
+    "eval": ("cs3_tasks.evaluate", "run lm_eval with the cs3 tasks on the include path"),
+    "demo": ("cs3_tasks.evaluate", "run the offline main job on the embedded demo set"),
+    "recipe": ("cs3_tasks.recipe.cli", "enhancement recipe: build-data, train"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="cs3-bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    argv = sys.argv[1:] if argv is None else argv
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        # Only the chosen subcommand's module is imported (keeps --help fast and failures local).
+        if argv and argv[0] == name:
+            module = importlib.import_module(module_name)
+            adder = getattr(module, f"add_{name.replace('-', '_')}_arguments", None) or module.add_arguments
+            runner = getattr(module, f"run_{name.replace('-', '_')}", None) or module.run
+            adder(p)
+            p.set_defaults(func=runner)
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+def _version() -> str:
+    from cs3_tasks import __version__
+
+    return f"cs3-bench {__version__}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
