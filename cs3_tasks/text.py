@@ -1,0 +1,242 @@
+"""Normalisation and zh/en language tagging of mixed Mandarin-English text.
+
+Every comparison in the benchmark (keyword matching, PSR, WER, MER, CER, language selection) goes through
+this module, so that a model's text response and the ASR transcript of its speech are seen the same way.
+
+Definitions used throughout:
+
+* **CJK character**: a Han ideograph (CJK Unified Ideographs, Extension A and beyond, compatibility
+  ideographs, and 〇), after NFKC and OpenCC traditional->simplified conversion. Whisper often prints
+  traditional characters; converting both sides to simplified means that is never penalised.
+* **English word**: a whitespace token of the Whisper English normaliser's output that contains a Latin
+  letter a-z. The normaliser is applied separately to each maximal non-CJK span of the text (so it never
+  sees CJK), after brackets are turned into spaces (the Whisper normaliser deletes bracketed text, and
+  models often write "自注意力（self-attention）"). It lowercases, expands contractions, removes
+  diacritics, spells British spellings the American way and writes numbers as digits
+  ("twenty-one" -> "21").
+* **Digits**: a normalised token without a Latin letter but with a digit ("21", "3.5", "50%", "$5") is a
+  *number*: it is neither an English word nor a CJK character. Numbers are their own ("num") pieces in
+  `segments`, are kept as tokens in `mixed_tokens`, and count for neither language in
+  `dominant_language`. Chinese numerals (二十一) are CJK characters like any other.
+* Anything else (punctuation, symbols, emoji, other scripts such as kana, hangul or Cyrillic) is dropped.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import threading
+import unicodedata
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    import opencc
+
+# Han ideographs: 〇, Extension A, URO, compatibility ideographs, and the supplementary planes (Ext. B-H,
+# compatibility supplement). Kangxi radicals need no range: NFKC maps them to URO ideographs.
+CJK_CLASS = "\u3007\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003ffff"
+_CJK_CHAR = re.compile(f"[{CJK_CLASS}]")
+_CJK_RUN = re.compile(f"([{CJK_CLASS}]+)")
+# Whitespace next to a CJK character carries no meaning in Chinese (ASR inserts it at random).
+_SPACE_NEXT_TO_CJK = re.compile(f"(?<=[{CJK_CLASS}])\\s+|\\s+(?=[{CJK_CLASS}])")
+_SPACES = re.compile(r"\s+")
+_LATIN_LETTER = re.compile(r"[a-z]")
+_DIGIT = re.compile(r"[0-9]")
+# Brackets of every kind (after NFKC) become spaces before the Whisper normaliser sees the text.
+_BRACKETS = re.compile(r"[()\[\]{}<>《》〈〉「」『』【】〔〕〖〗]")
+# Raw English word for language dominance: Latin letters with internal apostrophes ("it's" = 1 word).
+_DIGIT_GROUP_COMMA = re.compile(r"(?<=[0-9]),(?=[0-9]{3})")
+_DECIMAL_POINT = re.compile(r"(?<=[0-9])\.(?=[0-9])")
+_RAW_LATIN_WORD = re.compile(r"[a-z]+(?:'[a-z]+)*")
+
+# Middle dots used in transliterated names (乔治·华盛顿) and their look-alikes; NFKC maps ･ to ・.
+MIDDLE_DOTS = "\u00b7\u2022\u30fb\u2027\u2219\u22c5\uff65\u0387\u16eb\u2e31"
+_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\uff07": "'", "`": "'"})
+
+_converter: opencc.OpenCC | None = None
+_converter_lock = threading.Lock()
+_en_normalizer = None
+_en_normalizer_lock = threading.Lock()
+
+
+def _opencc() -> opencc.OpenCC:
+    """The process-wide OpenCC t2s converter (built once; building it reads dictionaries from disk)."""
+    global _converter
+    if _converter is None:
+        with _converter_lock:
+            if _converter is None:
+                import opencc
+
+                _converter = opencc.OpenCC("t2s")
+    return _converter
+
+
+def _whisper_normalizer():
+    """The process-wide Whisper EnglishTextNormalizer (importing whisper pulls in torch: do it lazily)."""
+    global _en_normalizer
+    if _en_normalizer is None:
+        with _en_normalizer_lock:
+            if _en_normalizer is None:
+                from whisper.normalizers import EnglishTextNormalizer
+
+                _en_normalizer = EnglishTextNormalizer()
+    return _en_normalizer
+
+
+def is_cjk(char: str) -> bool:
+    """True for a single Han ideograph (see CJK_CLASS)."""
+    return bool(_CJK_CHAR.fullmatch(char))
+
+
+def to_simplified(text: str) -> str:
+    """OpenCC traditional -> simplified Chinese; non-Chinese text passes through unchanged."""
+    if not text:
+        return text
+    if "\x00" in text:  # the C++ converter works on C strings: convert around NULs, keep them
+        return "\x00".join(to_simplified(part) for part in text.split("\x00"))
+    return _opencc().convert(text)
+
+
+def _width_and_script(text: str) -> str:
+    """NFKC (full-width -> half-width, compatibility forms) then traditional -> simplified."""
+    return to_simplified(unicodedata.normalize("NFKC", text))
+
+
+def _drop_space_next_to_cjk(text: str) -> str:
+    return _SPACES.sub(" ", _SPACE_NEXT_TO_CJK.sub("", text)).strip()
+
+
+def normalize_zh(text: str) -> str:
+    """Normalised form of (mostly Chinese) text for character-level comparison.
+
+    NFKC (full-width -> half-width), OpenCC t2s, lowercase; punctuation, symbols, control characters and
+    middle dots (· • ・ ‧) become spaces, apostrophes are dropped ("it's" -> "its"), a decimal point
+    between digits is kept and a comma between digits removed; whitespace next to a CJK character is removed and other runs of
+    whitespace collapse to one space (so English words stay separated). No number or spelling rewriting.
+    """
+    text = _width_and_script(text.replace("\x00", " ")).lower().translate(_APOSTROPHES)
+    text = _DIGIT_GROUP_COMMA.sub("", text)  # 1,000 -> 1000
+    text = _DECIMAL_POINT.sub("\x00", text)  # protect 3.5 from the punctuation pass
+    text = "".join(
+        "" if c == "'" else " " if c != "\x00" and unicodedata.category(c)[0] in "PSCZ" else c for c in text
+    )
+    return _drop_space_next_to_cjk(text.replace("\x00", "."))
+
+
+@functools.lru_cache(maxsize=65536)
+def _normalize_en_span(span: str) -> str:
+    span = _BRACKETS.sub(" ", span.translate(_APOSTROPHES))
+    span = "".join(" " if unicodedata.category(c)[0] == "C" else c for c in span)  # controls, unassigned
+    return _SPACES.sub(" ", _whisper_normalizer()(span)).strip()
+
+
+def normalize_en(text: str) -> str:
+    """Whisper's EnglishTextNormalizer, made safe for mixed text.
+
+    Brackets become spaces first (the Whisper normaliser would delete bracketed words) and curly apostrophes
+    become straight ones (so contractions are expanded). CJK runs are passed through untouched and the
+    normaliser is applied to each non-CJK span on its own; CJK is converted to simplified. Output: lowercase,
+    single-spaced, no whitespace next to CJK.
+    """
+    text = _width_and_script(text)
+    pieces = []
+    for piece in _CJK_RUN.split(text):
+        if not piece:
+            continue
+        pieces.append(piece if _CJK_CHAR.match(piece) else _normalize_en_span(piece))
+    return _drop_space_next_to_cjk(" ".join(pieces))
+
+
+def segments(text: str) -> list[tuple[str, str]]:
+    """Ordered language-tagged pieces of normalised text.
+
+    ("zh", run) for each maximal run of consecutive simplified CJK characters (punctuation or any other
+    non-CJK character ends a run), ("en", word) for each English word, and ("num", token) for each number
+    token (digits without Latin letters, e.g. "21", "3.5", "50%"). Everything else is dropped.
+    """
+    text = _width_and_script(text)
+    out: list[tuple[str, str]] = []
+    for piece in _CJK_RUN.split(text):
+        if not piece:
+            continue
+        if _CJK_CHAR.match(piece):
+            out.append(("zh", piece))
+            continue
+        for token in _normalize_en_span(piece).split():
+            if _LATIN_LETTER.search(token):
+                out.append(("en", token))
+            elif _DIGIT.search(token):
+                out.append(("num", token))
+    return out
+
+
+def english_words(text: str) -> list[str]:
+    """Normalised lowercase English words, in order (numbers and CJK excluded)."""
+    return [piece for tag, piece in segments(text) if tag == "en"]
+
+
+def cjk_chars(text: str) -> list[str]:
+    """Simplified CJK characters, in order."""
+    return _CJK_CHAR.findall(_width_and_script(text))
+
+
+def mixed_tokens(text: str) -> list[str]:
+    """Tokens for the mixed error rate, in order: each CJK character, each English word, each number."""
+    tokens: list[str] = []
+    for tag, piece in segments(text):
+        tokens.extend(piece if tag == "zh" else [piece])
+    return tokens
+
+
+def raw_english_word_count(text: str) -> int:
+    """Number of English words as written (before the Whisper normaliser, which expands contractions).
+
+    A word is a run of Latin letters with internal apostrophes, after NFKC, lowercasing and removal of
+    diacritics; a hyphen separates words ("self-attention" = 2), as in the Whisper normaliser.
+    """
+    text = unicodedata.normalize("NFKD", unicodedata.normalize("NFKC", text).lower().translate(_APOSTROPHES))
+    text = "".join(c for c in text if unicodedata.category(c) != "Mn")
+    return len(_RAW_LATIN_WORD.findall(text))
+
+
+# One English word weighs as much as 1.5 CJK characters: an English word has ~1.5 syllables on average
+# and a CJK character is one syllable; likewise a Chinese word averages ~1.5 characters. A Fraction keeps
+# the comparison, and so the tie, exact.
+ENGLISH_WORD_WEIGHT = Fraction(3, 2)
+
+
+def dominant_language(text: str) -> str:
+    """Dominant language: "zh", "en", "mixed" (exact tie) or "none" (no CJK characters, no English words).
+
+    Rule: compare C = number of CJK characters with 1.5 x W, W = number of English words as written
+    (`raw_english_word_count`); "zh" if C > 1.5 W, "en" if 1.5 W > C, "mixed" if equal and non-zero.
+    Numbers, punctuation and other scripts count for neither language.
+    """
+    chars = len(cjk_chars(text))
+    words = raw_english_word_count(text)
+    zh_weight, en_weight = chars, ENGLISH_WORD_WEIGHT * words
+    if zh_weight == 0 and en_weight == 0:
+        return "none"
+    if zh_weight > en_weight:
+        return "zh"
+    if en_weight > zh_weight:
+        return "en"
+    return "mixed"
+
+
+def normalize_keyword(text: str) -> str:
+    """Form in which keyword answers are searched in responses (substring matching).
+
+    NFKC (width), OpenCC t2s, lowercase; punctuation, symbols, control characters, middle dots and
+    book-title marks become spaces; whitespace next to CJK removed, other whitespace collapsed. Words stay
+    separated, so "Salt-Lake City" and "salt lake city." both read "salt lake city", and 喬治·華盛頓,
+    乔治 华盛顿 and 乔治华盛顿 all read 乔治华盛顿. Unlike `normalize_en`, no spelling or number rewriting:
+    the keyword stage follows the authors' literal matching.
+    """
+    return normalize_zh(text)
+
+
+def split_middle_dot(text: str) -> list[str]:
+    """Split on any middle-dot variant (乔治·华盛顿 -> ["乔治", "华盛顿"]); parts are not stripped."""
+    return re.split(f"[{MIDDLE_DOTS}]", unicodedata.normalize("NFKC", text))

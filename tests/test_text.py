@@ -1,0 +1,158 @@
+"""Tests of cs3_tasks.text: normalisation and zh/en tagging of mixed text."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cs3_tasks import text as T
+
+
+def test_to_simplified_converts_traditional_and_keeps_the_rest():
+    assert T.to_simplified("喬治·華盛頓說話 hello 123") == "乔治·华盛顿说话 hello 123"
+    assert T.to_simplified("") == ""
+
+
+def test_to_simplified_survives_nul_characters():
+    assert T.to_simplified("華\x00盛頓") == "华\x00盛顿"
+
+
+def test_opencc_converter_is_a_singleton():
+    T.to_simplified("華")
+    first = T._opencc()
+    assert T._opencc() is first
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("喬治·華盛頓", "乔治华盛顿"),  # t2s + middle dot
+        ("乔治•华盛顿", "乔治华盛顿"),  # bullet look-alike
+        ("乔治・华盛顿", "乔治华盛顿"),  # katakana middle dot
+        ("乔治‧华盛顿", "乔治华盛顿"),  # hyphenation point
+        ("乔治 华盛顿", "乔治华盛顿"),  # ASR-inserted space between CJK
+        ("ＡＢＣ，１２３！", "abc 123"),  # full width -> half width, punctuation
+        ("《风流寡妇》。", "风流寡妇"),
+        ("在 Salt Lake City 。", "在salt lake city"),
+        ("It's 3.5 or 1,000%", "its 3.5 or 1000"),
+        ("", ""),
+    ],
+)
+def test_normalize_zh(raw, expected):
+    assert T.normalize_zh(raw) == expected
+
+
+def test_normalize_en_is_whisper_normaliser_per_span():
+    # contractions, British spelling, numbers standardised; CJK untouched (and simplified)
+    assert T.normalize_en("It's a colour, twenty-one") == "it is a color 21"
+    assert T.normalize_en("我說It's OK") == "我说it is ok"
+
+
+def test_normalize_en_keeps_bracketed_english():
+    # the bare Whisper normaliser deletes "(...)": models write English glosses in brackets
+    assert T.normalize_en("自注意力（self-attention）机制") == "自注意力self attention机制"
+    assert T.english_words("自注意力（self-attention）[transformer]") == ["self", "attention", "transformer"]
+
+
+def test_segments_tags_cjk_runs_english_words_and_numbers():
+    assert T.segments("我有twenty-one個Apple和3.5个橙子。") == [
+        ("zh", "我有"),
+        ("num", "21"),
+        ("zh", "个"),
+        ("en", "apple"),
+        ("zh", "和"),
+        ("num", "3.5"),
+        ("zh", "个橙子"),
+    ]
+
+
+def test_segments_punctuation_ends_a_cjk_run():
+    assert T.segments("你好，世界") == [("zh", "你好"), ("zh", "世界")]
+
+
+def test_english_words_in_order_without_numbers():
+    assert T.english_words("Mormon church的總部位於Salt Lake City, 1847年") == [
+        "mormon",
+        "church",
+        "salt",
+        "lake",
+        "city",
+    ]
+    assert T.english_words("纯中文回答") == []
+
+
+def test_english_words_drop_other_scripts():
+    assert T.english_words("привет カタカナ 안녕 hello") == ["hello"]
+
+
+def test_cjk_chars_simplified():
+    assert T.cjk_chars("喬治·華盛頓 George") == ["乔", "治", "华", "盛", "顿"]
+
+
+def test_mixed_tokens():
+    assert T.mixed_tokens("我用GPU訓練了3次") == ["我", "用", "gpu", "训", "练", "了", "3", "次"]
+
+
+def test_raw_english_word_count_counts_as_written():
+    assert T.raw_english_word_count("it's self-attention, café") == 4
+    assert T.raw_english_word_count("中文 123") == 0
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("", "none"),
+        ("123 ！？", "none"),
+        ("这是中文", "zh"),
+        ("This is English", "en"),
+        # 3 CJK chars vs 2 words * 1.5 = 3: exact tie
+        ("我喜欢 deep learning", "mixed"),
+        ("我很喜欢 deep learning", "zh"),  # 4 > 3
+        ("我喜 deep learning", "en"),  # 2 < 3
+        ("自注意力机制让Transformer更强", "zh"),
+        ("I think 这个 idea is great", "en"),  # 2 chars vs 5 words
+    ],
+)
+def test_dominant_language(raw, expected):
+    assert T.dominant_language(raw) == expected
+
+
+def test_dominant_language_counts_traditional_like_simplified():
+    assert T.dominant_language("我喜歡 deep learning") == T.dominant_language("我喜欢 deep learning")
+
+
+def test_normalize_keyword_and_split_middle_dot():
+    assert T.normalize_keyword("喬治·華盛頓") == T.normalize_keyword("乔治华盛顿")
+    assert T.split_middle_dot("乔治·华盛顿") == ["乔治", "华盛顿"]
+    assert T.split_middle_dot("a･b") == ["a", "b"]  # half-width katakana dot (NFKC -> ・)
+    assert T.split_middle_dot("盐湖城") == ["盐湖城"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_no_text_function_crashes_on_arbitrary_unicode(s):
+    for fn in (T.to_simplified, T.normalize_zh, T.normalize_en, T.normalize_keyword):
+        assert isinstance(fn(s), str)
+    for tag, piece in T.segments(s):
+        assert tag in ("zh", "en", "num") and piece and not piece.isspace()
+    assert all(" " not in w for w in T.english_words(s))
+    assert all(T.is_cjk(c) for c in T.cjk_chars(s))
+    assert T.dominant_language(s) in ("zh", "en", "mixed", "none")
+    assert isinstance(T.split_middle_dot(s), list)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="喬治華盛頓說話東亞語言學習中國臺灣ab ,.·"))
+def test_traditional_and_simplified_normalise_equal(s):
+    simplified = T.to_simplified(s)
+    assert T.normalize_zh(s) == T.normalize_zh(simplified)
+    assert T.mixed_tokens(s) == T.mixed_tokens(simplified)
+    assert T.cjk_chars(s) == T.cjk_chars(simplified)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text())
+def test_normalize_zh_is_idempotent(s):
+    once = T.normalize_zh(s)
+    assert T.normalize_zh(once) == once
