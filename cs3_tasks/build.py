@@ -1,0 +1,999 @@
+"""``cs3-bench build-dataset``: source JSON -> TTS (content-cached) -> ASR round-trip QC -> parquet + card.
+
+The paper's recipe (CosyVoice2 with speaker prompts, a Whisper check, manual correction of mismatches),
+made incremental and crash-safe:
+
+1. the source JSON is validated (``data.load_source``): any problem stops the build, naming Qid and cause;
+2. every item is synthesized once per content: the key is a hash of text, backend, voice, speaker prompt
+   (name + recording + transcript), seed and settings. The 16 kHz mono FLAC lands in ``<cache>/<key>.flac``
+   through a temp file + rename, so a killed build keeps everything finished and a re-run redoes only
+   what changed. A failing item is reported and the others continue (exit code 1: incomplete);
+3. QC: each (or a sample of) clip is transcribed and compared with its source text after normalisation:
+   CER over the Chinese characters and recall of the English words. ``qc_report.json``/``.md`` list every
+   item over threshold; a corrections file (per Qid: re-synthesize with another speaker/seed, or accept)
+   closes the loop;
+4. ``<out>/<set>/test-00000-of-00001.parquet`` with audio as the HF Audio struct {bytes, path} (16 kHz),
+   written with pyarrow (datasets' own Audio encoder needs torchcodec), and ``<out>/README.md``, the card.
+
+An incomplete build still writes the parquet of the items that succeeded (so the rest can be inspected and
+QC'd), but ``build_report.json`` and the card say INCOMPLETE and list the missing Qids, and the exit code is 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cs3_tasks import data, tts
+
+CACHE_VERSION = "cs3-tts-cache-v1"  # bump when the cached audio format changes
+SAMPLE_RATE = 16_000
+PARQUET_NAME = "test-00000-of-00001.parquet"
+QC_MODES = ("all", "sample", "none")
+# language of each set's question: espeak voice and the ASR language used for QC
+SET_LANGUAGE = {"knowledge": "zh", "knowledge_en": "en", "open_ended": "zh"}
+DEFAULT_MAX_CER = 0.2
+DEFAULT_MIN_ENGLISH_RECALL = 0.8
+DEFAULT_QC_SAMPLE = 20
+EXIT_OK, EXIT_INCOMPLETE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+CORRECTION_ACTIONS = ("resynthesize", "accept")
+PAPER_TITLE = "CS3-Bench: Evaluating and Enhancing Speech-to-Speech LLMs for Mandarin-English Code-Switching"
+PAPER_ARXIV = "2510.07881"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# configuration and records
+
+
+@dataclass
+class BuildConfig:
+    source: Path
+    out: Path
+    tts_backend: str = "espeak"
+    speakers: Path | None = None
+    cosyvoice_model: Path | None = None
+    asr_model: str | None = None
+    asr_backend: str = "faster-whisper"
+    qc: str = "sample"
+    qc_sample: int = DEFAULT_QC_SAMPLE
+    max_cer: float = DEFAULT_MAX_CER
+    min_english_recall: float = DEFAULT_MIN_ENGLISH_RECALL
+    corrections: Path | None = None
+    sets: tuple[str, ...] = data.SETS
+    jobs: int = 2
+    seed: int = 0
+    cache_dir: Path | None = None  # default <out>/.cache/tts
+    progress: bool = True
+
+    def tts_cache_dir(self) -> Path:
+        return Path(self.cache_dir) if self.cache_dir else Path(self.out) / ".cache" / "tts"
+
+
+@dataclass(frozen=True)
+class Correction:
+    """A manual QC decision for one item (the paper's manual correction step)."""
+
+    action: str  # "resynthesize" | "accept"
+    speaker: str | None = None
+    seed: int | None = None
+    voice: str | None = None
+    settings: tuple[tuple[str, Any], ...] = ()
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class SynthesisJob:
+    set_name: str
+    qid: str
+    text: str
+    backend: str
+    voice: str | None
+    speaker: tts.SpeakerPrompt | None
+    speaker_identity: str | None
+    seed: int
+    settings: tuple[tuple[str, Any], ...]
+
+    def cache_key(self) -> str:
+        settings = dict(self.settings)
+        if "model_dir" in settings:  # the model's folder name, so that moving the folder keeps the cache
+            settings["model_dir"] = Path(str(settings["model_dir"])).name
+        return _sha(
+            CACHE_VERSION,
+            self.text,
+            self.backend,
+            self.voice,
+            self.speaker_identity,
+            self.seed,
+            settings,
+            SAMPLE_RATE,
+        )
+
+
+@dataclass
+class ItemFailure:
+    set_name: str
+    qid: str
+    cause: str
+
+
+@dataclass
+class QcRecord:
+    set_name: str
+    qid: str
+    text: str
+    transcript: str
+    cer: float | None  # over the Chinese characters; None when the text has none
+    english_recall: float | None  # share of the English words heard; None when the text has none
+    status: str  # "pass" | "flagged" | "accepted" | "asr_error"
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class BuildResult:
+    rows: dict[str, int]  # rows written per set
+    failures: list[ItemFailure]
+    synthesized: int
+    from_cache: int
+    qc: list[QcRecord]
+    seconds: float
+
+    @property
+    def complete(self) -> bool:
+        return not self.failures
+
+    @property
+    def flagged(self) -> list[QcRecord]:
+        return [r for r in self.qc if r.status == "flagged"]
+
+
+class CorrectionsError(ValueError):
+    """Invalid corrections file; lists every problem, each naming the Qid."""
+
+
+def _sha(*parts: Any) -> str:
+    blob = json.dumps(parts, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# audio cache: one FLAC file per content key, written atomically
+
+
+class AudioCache:
+    """``<root>/<key[:2]>/<key>.flac``. A file only gets its final name once fully written (temp + rename),
+    and a cached file that does not decode is treated as missing, so a killed build never leaves a bad entry."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.flac"
+
+    def get(self, key: str) -> bytes | None:
+        path = self.path(key)
+        if not path.is_file():
+            return None
+        blob = path.read_bytes()
+        return blob if _decodes(blob) else None
+
+    def put(self, key: str, flac: bytes) -> None:
+        path = self.path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(path, flac)
+
+
+def _decodes(blob: bytes) -> bool:
+    import soundfile as sf
+
+    try:
+        audio, _ = sf.read(io.BytesIO(blob), dtype="float32")
+    except (RuntimeError, ValueError, EOFError):
+        return False
+    return audio.size > 0
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
+
+
+def _atomic_write(path: Path, blob: bytes) -> None:
+    """Write to a temp file in the same folder, fsync, then rename over ``path`` (atomic on POSIX)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(blob)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the usual permissions
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# ---------------------------------------------------------------------------------------------------------
+# corrections
+
+
+def load_corrections(path: Path, source: dict[str, list[dict]]) -> dict[tuple[str, str], Correction]:
+    """Read a corrections file (YAML or JSON): ``{"<Qid>" | "<set>/<Qid>": {action: ..., ...}}``.
+
+    A bare Qid applies to every built set that has it (knowledge and knowledge_en share Qids).
+    Returns ``{(set, Qid): Correction}``; raises CorrectionsError listing every problem.
+    """
+    import yaml
+
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise CorrectionsError(f"cannot read corrections file {path}: {err}") from err
+    if not isinstance(raw, dict):
+        raise CorrectionsError(f"corrections file {path}: expected a mapping of Qid -> correction")
+    qids = {name: {r["Qid"] for r in records} for name, records in source.items()}
+    problems: list[str] = []
+    result: dict[tuple[str, str], Correction] = {}
+    for key, spec in raw.items():
+        key = str(key)
+        set_name, _, qid = key.rpartition("/")
+        targets = [set_name] if set_name else [s for s in qids if qid in qids[s]]
+        if set_name and set_name not in qids:
+            problems.append(f"{key}: set {set_name!r} is not being built ({sorted(qids)})")
+            continue
+        if not targets or any(qid not in qids[t] for t in targets):
+            problems.append(f"Qid {qid}: not in the source ({key})")
+            continue
+        correction = _parse_correction(key, spec, problems)
+        if correction is not None:
+            for target in targets:
+                result[(target, qid)] = correction
+    if problems:
+        raise CorrectionsError(f"{len(problems)} problem(s) in {path}:\n  " + "\n  ".join(problems))
+    return result
+
+
+def _parse_correction(key: str, spec: Any, problems: list[str]) -> Correction | None:
+    if not isinstance(spec, dict):
+        problems.append(f"{key}: expected a mapping like {{action: resynthesize, seed: 1}}")
+        return None
+    action = spec.get("action")
+    if action not in CORRECTION_ACTIONS:
+        problems.append(f"{key}: action must be one of {list(CORRECTION_ACTIONS)}, got {action!r}")
+        return None
+    unknown = set(spec) - {"action", "speaker", "seed", "voice", "settings", "note"}
+    if unknown:
+        problems.append(f"{key}: unknown key(s) {sorted(unknown)}")
+        return None
+    seed = spec.get("seed")
+    if seed is not None and not isinstance(seed, int):
+        problems.append(f"{key}: seed must be an integer, got {seed!r}")
+        return None
+    settings = spec.get("settings") or {}
+    if not isinstance(settings, dict):
+        problems.append(f"{key}: settings must be a mapping")
+        return None
+    if action == "resynthesize" and not any(
+        spec.get(k) is not None for k in ("speaker", "seed", "voice", "settings")
+    ):
+        problems.append(f"{key}: resynthesize needs a new speaker, seed, voice or settings")
+        return None
+    return Correction(
+        action=action,
+        speaker=spec.get("speaker"),
+        seed=seed,
+        voice=spec.get("voice"),
+        settings=tuple(sorted(settings.items())),
+        note=spec.get("note"),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# synthesis
+
+
+def plan_jobs(
+    config: BuildConfig,
+    source: dict[str, list[dict]],
+    corrections: dict[tuple[str, str], Correction],
+    speakers: list[tts.SpeakerPrompt],
+) -> dict[str, list[SynthesisJob]]:
+    """One synthesis job per item: voice/speaker/seed/settings after corrections."""
+    by_name = {s.name: s for s in speakers}
+    identities = {s.name: s.identity() for s in speakers}
+    base_settings: dict[str, Any] = {}
+    if config.tts_backend == "cosyvoice2":
+        base_settings["model_dir"] = str(tts.cosyvoice_model_dir(config.cosyvoice_model))
+    problems: list[str] = []
+    plan: dict[str, list[SynthesisJob]] = {}
+    for set_name, records in source.items():
+        jobs = []
+        for record in records:
+            qid = record["Qid"]
+            fix = corrections.get((set_name, qid))
+            redo = fix if fix is not None and fix.action == "resynthesize" else None
+            voice = tts.ESPEAK_VOICES[SET_LANGUAGE[set_name]] if config.tts_backend == "espeak" else None
+            if redo and redo.voice:
+                voice = redo.voice
+            speaker = None
+            if speakers:
+                speaker = tts.assign_speaker(qid, speakers)
+                if redo and redo.speaker:
+                    if redo.speaker not in by_name:
+                        problems.append(
+                            f"Qid {qid} ({set_name}): correction speaker {redo.speaker!r} not in --speakers"
+                        )
+                        continue
+                    speaker = by_name[redo.speaker]
+            settings = dict(base_settings)
+            if redo:
+                settings.update(dict(redo.settings))
+            jobs.append(
+                SynthesisJob(
+                    set_name=set_name,
+                    qid=qid,
+                    text=record["Question"],
+                    backend=config.tts_backend,
+                    voice=voice,
+                    speaker=speaker,
+                    speaker_identity=identities[speaker.name] if speaker else None,
+                    seed=redo.seed if redo and redo.seed is not None else config.seed,
+                    settings=tuple(sorted(settings.items())),
+                )
+            )
+        plan[set_name] = jobs
+    if problems:
+        raise CorrectionsError("\n  ".join(problems))
+    return plan
+
+
+def synthesize_job(job: SynthesisJob, cache: AudioCache) -> tuple[bytes, bool]:
+    """(16 kHz mono FLAC bytes, came from cache). Raises on failure (the caller records it)."""
+    from cs3_tasks import audio
+
+    key = job.cache_key()
+    cached = cache.get(key)
+    if cached is not None:
+        return cached, True
+    waveform, sample_rate = tts.synthesize(
+        job.text,
+        backend=job.backend,
+        voice=job.voice,
+        speaker_prompt=job.speaker,
+        seed=job.seed,
+        **dict(job.settings),
+    )
+    flac = audio.flac_bytes(audio.resample(waveform, sample_rate, SAMPLE_RATE), SAMPLE_RATE)
+    cache.put(key, flac)
+    return flac, False
+
+
+def synthesize_all(
+    plan: dict[str, list[SynthesisJob]], cache: AudioCache, *, jobs: int, progress: bool
+) -> tuple[dict[tuple[str, str], bytes], list[ItemFailure], int]:
+    """Run every job on a small thread pool (espeak-ng is a subprocess; CosyVoice2 serialises itself).
+
+    Returns ({(set, Qid): flac}, failures, number of cache hits). A failing item never stops the others.
+    """
+    from tqdm import tqdm
+
+    all_jobs = [job for set_jobs in plan.values() for job in set_jobs]
+    audio_by_item: dict[tuple[str, str], bytes] = {}
+    failures: list[ItemFailure] = []
+    hits = 0
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
+        with tqdm(total=len(all_jobs), desc="synthesize", unit="item", disable=not progress) as bar:
+            futures = {pool.submit(synthesize_job, job, cache): job for job in all_jobs}
+            for future in as_completed(futures):
+                job = futures[future]
+                try:
+                    flac, from_cache = future.result()
+                except Exception as err:  # noqa: BLE001 - any failure of one item is recorded; the build goes on
+                    failures.append(ItemFailure(job.set_name, job.qid, f"{type(err).__name__}: {err}"))
+                else:
+                    audio_by_item[(job.set_name, job.qid)] = flac
+                    hits += from_cache
+                bar.update(1)
+    except BaseException:
+        # Ctrl-C: drop the queued items instead of waiting for them (finished ones are already cached)
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    order = {(job.set_name, job.qid): i for i, job in enumerate(all_jobs)}
+    failures.sort(key=lambda f: order[(f.set_name, f.qid)])
+    return audio_by_item, failures, hits
+
+
+# ---------------------------------------------------------------------------------------------------------
+# QC: ASR round trip
+
+
+def qc_scores(source_text: str, transcript: str) -> tuple[float | None, float | None]:
+    """(CER over the Chinese characters, recall of the English words) of a transcript against its source.
+
+    Both after normalisation (simplified script, case, punctuation); None when the source has no such content.
+    """
+    from cs3_tasks import metrics, text
+
+    ref_zh = "".join(text.cjk_chars(source_text))
+    cer = metrics.character_error_rate(ref_zh, "".join(text.cjk_chars(transcript))) if ref_zh else None
+    ref_en = Counter(text.english_words(source_text))
+    if not ref_en:
+        return cer, None
+    heard = Counter(text.english_words(transcript))
+    recall = sum((ref_en & heard).values()) / sum(ref_en.values())
+    return cer, recall
+
+
+def qc_selection(records: list[dict], mode: str, sample: int) -> list[dict]:
+    """The items to check: all, none, or a deterministic sample (smallest sha256 of the Qid) of ``sample``."""
+    if mode == "none":
+        return []
+    if mode == "all":
+        return list(records)
+    chosen = sorted(records, key=lambda r: hashlib.sha256(r["Qid"].encode("utf-8")).hexdigest())[:sample]
+    ids = {r["Qid"] for r in chosen}
+    return [r for r in records if r["Qid"] in ids]
+
+
+def run_qc(
+    config: BuildConfig,
+    source: dict[str, list[dict]],
+    audio_by_item: dict[tuple[str, str], bytes],
+    corrections: dict[tuple[str, str], Correction],
+) -> list[QcRecord]:
+    from cs3_tasks import asr
+
+    results: list[QcRecord] = []
+    for set_name, records in source.items():
+        selected = [
+            r
+            for r in qc_selection(records, config.qc, config.qc_sample)
+            if (set_name, r["Qid"]) in audio_by_item
+        ]
+        if not selected:
+            continue
+        transcripts = asr.transcribe_batch(
+            [audio_by_item[(set_name, r["Qid"])] for r in selected],
+            language=SET_LANGUAGE[set_name],
+            model=config.asr_model,
+            backend=config.asr_backend,
+            progress=config.progress,
+        )
+        for record, heard in zip(selected, transcripts):
+            results.append(
+                _qc_record(config, set_name, record, heard, corrections.get((set_name, record["Qid"])))
+            )
+    return results
+
+
+def _qc_record(
+    config: BuildConfig, set_name: str, record: dict, heard, correction: Correction | None
+) -> QcRecord:
+    qid, source_text = record["Qid"], record["Question"]
+    if heard.error is not None:
+        return QcRecord(set_name, qid, source_text, "", None, None, "asr_error", [heard.error])
+    cer, recall = qc_scores(source_text, heard.text)
+    reasons = []
+    if cer is not None and cer > config.max_cer:
+        reasons.append(f"CER {cer:.2f} > {config.max_cer}")
+    if recall is not None and recall < config.min_english_recall:
+        reasons.append(f"English recall {recall:.2f} < {config.min_english_recall}")
+    status = "pass"
+    if reasons:
+        status = "accepted" if correction is not None and correction.action == "accept" else "flagged"
+    return QcRecord(set_name, qid, source_text, heard.text, cer, recall, status, reasons)
+
+
+def write_qc_report(config: BuildConfig, records: list[QcRecord]) -> None:
+    from cs3_tasks import asr
+
+    out = Path(config.out)
+    summary = {
+        "mode": config.qc,
+        "sample_per_set": config.qc_sample if config.qc == "sample" else None,
+        "asr_backend": config.asr_backend,
+        "asr_model": _model_label(config.asr_model or asr.default_model(config.asr_backend)),
+        "thresholds": {"max_cer": config.max_cer, "min_english_recall": config.min_english_recall},
+        "checked": len(records),
+        "by_status": dict(sorted(Counter(r.status for r in records).items())),
+    }
+    report = {"summary": summary, "items": [asdict(r) for r in records]}
+    _atomic_write(out / "qc_report.json", json.dumps(report, ensure_ascii=False, indent=2).encode("utf-8"))
+    _atomic_write(out / "qc_report.md", _qc_markdown(summary, records).encode("utf-8"))
+
+
+def _model_label(model: str) -> str:
+    """A model name for reports: the folder name of a local model (no machine-specific paths)."""
+    return Path(model).name if Path(model).exists() else model
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _cell(value: str) -> str:
+    return value.replace("|", "\\|").replace("\n", " ")
+
+
+def _qc_markdown(summary: dict, records: list[QcRecord]) -> str:
+    lines = [
+        "# ASR round-trip QC",
+        "",
+        f"Mode: {summary['mode']}"
+        + (f" ({summary['sample_per_set']} per set)" if summary["sample_per_set"] else "")
+        + f"; ASR: {summary['asr_backend']} `{summary['asr_model']}`; thresholds: CER over Chinese characters "
+        f"<= {summary['thresholds']['max_cer']}, recall of English words >= "
+        f"{summary['thresholds']['min_english_recall']}.",
+        "",
+        f"Checked {summary['checked']} item(s): "
+        + (", ".join(f"{k} {v}" for k, v in summary["by_status"].items()) or "none"),
+        "",
+    ]
+    attention = [r for r in records if r.status in ("flagged", "asr_error", "accepted")]
+    if attention:
+        lines += [
+            "## Items over threshold",
+            "",
+            (
+                "Listen to each, then add it to a corrections file (`--corrections FILE`): "
+                "`<Qid>: {action: resynthesize, seed: 1}` (or `speaker: NAME`), or `<Qid>: {action: accept}`. "
+                "Use `<set>/<Qid>` to target one set only."
+            ),
+            "",
+            "| set | Qid | status | CER | EN recall | reasons | source text | transcript |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for r in attention:
+            lines.append(
+                f"| {r.set_name} | {r.qid} | {r.status} | {_fmt(r.cer)} | {_fmt(r.english_recall)} | "
+                f"{_cell('; '.join(r.reasons))} | {_cell(r.text)} | {_cell(r.transcript)} |"
+            )
+    else:
+        lines.append("No item over threshold.")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# parquet + card
+
+
+def dataset_features(set_name: str, columns: tuple[str, ...] | None = None):
+    """The HF Features of a set: Qid, audio (16 kHz), then the text columns.
+
+    ``columns`` (id column first) serves configs outside data.SETS, e.g. ("id", "text") for belle_eval_s2s.
+    """
+    import datasets
+
+    names = tuple(columns) if columns else data.set_columns(set_name)
+    features = {
+        names[0]: datasets.Value("string"),
+        data.AUDIO_COLUMN: datasets.Audio(sampling_rate=SAMPLE_RATE),
+    }
+    for name in names[1:]:
+        features[name] = datasets.Value("string")
+    return datasets.Features(features)
+
+
+def write_parquet(set_name: str, rows: list[dict], out: Path, columns: tuple[str, ...] | None = None) -> int:
+    """Write one set as ``<out>/<set>/test-00000-of-00001.parquet`` with the HF features in its metadata.
+
+    Returns the in-memory (arrow) size of the table, the ``num_bytes`` of the card's split info.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    features = dataset_features(set_name, columns)
+    fields = []
+    for name in features:
+        if name == data.AUDIO_COLUMN:
+            fields.append(pa.field(name, pa.struct([("bytes", pa.binary()), ("path", pa.string())])))
+        else:
+            fields.append(pa.field(name, pa.string()))
+    metadata = {"huggingface": json.dumps({"info": {"features": features.to_dict()}})}
+    schema = pa.schema(fields, metadata=metadata)
+    table = pa.Table.from_pylist(rows, schema=schema)
+    path = Path(out) / set_name / PARQUET_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression="zstd")
+    _atomic_write(path, buffer.getvalue())
+    return int(table.nbytes)
+
+
+def dataset_rows(
+    set_name: str, records: list[dict], audio_by_item: dict[tuple[str, str], bytes]
+) -> list[dict]:
+    rows = []
+    for record in records:
+        flac = audio_by_item.get((set_name, record["Qid"]))
+        if flac is None:
+            continue
+        row = {"Qid": record["Qid"], data.AUDIO_COLUMN: {"bytes": flac, "path": f"{record['Qid']}.flac"}}
+        row.update({k: v for k, v in record.items() if k != "Qid"})
+        rows.append(row)
+    return rows
+
+
+def render_card(
+    rows: dict[str, int],
+    *,
+    tts_backend: str,
+    categories: dict[str, dict[str, int]] | None = None,
+    missing: dict[str, list[str]] | None = None,
+    qc_summary: str | None = None,
+    num_bytes: dict[str, int] | None = None,
+) -> str:
+    """The dataset card (HF README.md): YAML configs + dataset_info, then what it is and how it was built."""
+    import yaml
+
+    front = {
+        "license": "apache-2.0",
+        "language": ["zh", "en"],
+        "pretty_name": "CS3-Bench",
+        "task_categories": ["automatic-speech-recognition", "question-answering"],
+        "tags": ["code-switching", "speech-to-speech", "mandarin", "english", "benchmark"],
+        "configs": [
+            {"config_name": name, "data_files": [{"split": "test", "path": f"{name}/test-*.parquet"}]}
+            for name in rows
+        ],
+        "dataset_info": [
+            _card_info(name, count, (num_bytes or {}).get(name)) for name, count in rows.items()
+        ],
+    }
+    header = "---\n" + yaml.safe_dump(front, sort_keys=False, allow_unicode=True) + "---\n"
+    tts_line = {
+        "espeak": "espeak-ng (voice `cmn` for the Mandarin/code-switched sets: Mandarin with English words read "
+        "as English; `en-us` for knowledge_en). Robotic but fully offline and deterministic.",
+        "cosyvoice2": "CosyVoice2-0.5B zero-shot with speaker prompts, as in the paper (here: one prompt "
+        "recording + transcript per item, chosen by a hash of the Qid; seed fixed per item).",
+    }.get(tts_backend, tts_backend)
+    counts = "\n".join(
+        f"| `{name}` | {count} | "
+        + (", ".join(f"{c} {n}" for c, n in (categories or {}).get(name, {}).items()) or "-")
+        + " |"
+        for name, count in rows.items()
+    )
+    incomplete = ""
+    if missing and any(missing.values()):
+        listed = "; ".join(f"{name}: {', '.join(qids)}" for name, qids in missing.items() if qids)
+        incomplete = (
+            "\n> **INCOMPLETE BUILD**: speech synthesis failed for some items, which are missing here "
+            f"({listed}). See `build_report.json`; re-run the build to retry them.\n"
+        )
+    qc = f"\nQC of this build: {qc_summary} (details: `qc_report.md`).\n" if qc_summary else ""
+    body = CARD_BODY.format(
+        title=PAPER_TITLE, arxiv=PAPER_ARXIV, counts=counts, tts_line=tts_line, incomplete=incomplete, qc=qc
+    )
+    return header + body
+
+
+def _card_info(name: str, count: int, num_bytes: int | None) -> dict:
+    features = [
+        {"name": "Qid", "dtype": "string"},
+        {"name": "audio", "dtype": {"audio": {"sampling_rate": SAMPLE_RATE}}},
+    ]
+    features += [{"name": column, "dtype": "string"} for column in data.set_columns(name)[1:]]
+    info: dict[str, Any] = {"config_name": name, "features": features}
+    if num_bytes is not None:  # datasets ignores a split entry without num_bytes
+        info["splits"] = [{"name": "test", "num_bytes": num_bytes, "num_examples": count}]
+    return info
+
+
+CARD_BODY = """
+# CS3-Bench: Mandarin-English code-switching speech-to-speech benchmark
+{incomplete}
+Spoken questions that mix Mandarin and English in one utterance ("Mormon church的总部位于美国哪个城市？"),
+for evaluating speech-to-speech language models on knowledge and open-ended conversation, from the paper
+*{title}* ([arXiv {arxiv}](https://arxiv.org/abs/{arxiv})).
+
+| config | rows (split `test`) | categories |
+| --- | --- | --- |
+{counts}
+
+## Sets and columns
+
+- `knowledge`: code-switched knowledge questions. `Qid`, `audio`, `Question` (the code-switched text that
+  was spoken), `Answer_zh`, `Answer_en`, `Source` (original QA set), `Category` (`Acoustic`, `Semantic` or
+  `Integrated`: the kind of challenge the code-switched words pose, as labelled by the CS3-Bench authors),
+  plus `Question_zh` and `Question_en` (monolingual versions; `Question_zh` may be null).
+- `knowledge_en`: the English twin of every knowledge item (same `Qid`, one to one): `Qid`, `audio`,
+  `Question`, `Answer`, `Category`.
+- `open_ended`: code-switched open questions with a reference answer: `Qid`, `audio`, `Question`, `Answer`,
+  `Source`.
+
+`audio` is 16 kHz mono FLAC, stored as the Hugging Face `Audio` struct `{{bytes, path}}`.
+
+## Loading
+
+```python
+import datasets
+ds = datasets.load_dataset("VocalNet/CS3-Bench", "knowledge", split="test")  # or a local build folder
+# datasets >= 4 decodes audio through torchcodec; to read the FLAC bytes yourself:
+ds = ds.cast_column("audio", datasets.Audio(decode=False))
+import io, soundfile
+wave, sr = soundfile.read(io.BytesIO(ds[0]["audio"]["bytes"]))
+```
+
+With cs3-bench: `cs3_tasks.data.load_set("knowledge", location)` (Hub id, a build folder, or `demo`).
+
+## How it was built
+
+`cs3-bench build-dataset --source DIR --out DIR --tts {{espeak,cosyvoice2}}` (package `cs3-bench`):
+
+1. the source JSON (`cs_knowledge.json`, `cs_knowledge_en.json`, `cs_open_ended.json`) is validated
+   (missing fields, empty texts, duplicate Qids, knowledge/knowledge_en mismatches are errors);
+2. each `Question` is synthesized with {tts_line}
+   Audio is resampled to 16 kHz mono and cached by content, so a re-run only redoes what changed;
+3. an ASR round trip (Whisper) checks every clip, or a sample: character error rate over the Chinese
+   characters and recall of the English words, after normalisation; items over threshold are listed in
+   `qc_report.md` and are re-synthesized with another speaker/seed or accepted after listening, through a
+   corrections file, the way the paper's authors corrected mismatches by hand;
+4. parquet files per config and this card are written.
+{qc}
+## License and citation
+
+The texts are released under Apache-2.0. In the published set, the knowledge questions derive from
+TriviaQA, WebQuestions, LLaMA Questions and SciQ (`Source`; please also respect their terms) and the
+open-ended questions were written by hand or with GPT-4o.
+
+```bibtex
+@article{{cs3bench2025,
+  title   = {{{title}}},
+  author  = {{Liu, Heyang and Wang, Yuhao and Cheng, Ziyang and Wu, Ronghua and Gu, Qunshan and Wang, Yanfeng
+             and Wang, Yu}},
+  journal = {{arXiv preprint arXiv:{arxiv}}},
+  year    = {{2025}},
+  url     = {{https://arxiv.org/abs/{arxiv}}}
+}}
+```
+"""
+
+
+def write_card(
+    out: Path,
+    source: dict[str, list[dict]],
+    rows: dict[str, int],
+    *,
+    tts_backend: str,
+    missing: dict[str, list[str]],
+    qc_summary: str | None,
+    num_bytes: dict[str, int] | None = None,
+) -> None:
+    categories = {
+        name: dict(
+            Counter(
+                r["Category"] for r in records if r["Qid"] not in set(missing.get(name, []))
+            ).most_common()
+        )
+        for name, records in source.items()
+        if records and "Category" in records[0]
+    }
+    card = render_card(
+        rows,
+        tts_backend=tts_backend,
+        categories=categories,
+        missing=missing,
+        qc_summary=qc_summary,
+        num_bytes=num_bytes,
+    )
+    _atomic_write(Path(out) / "README.md", card.encode("utf-8"))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the pipeline
+
+
+def build_dataset(config: BuildConfig) -> BuildResult:
+    """Run the whole pipeline. Raises SourceError / CorrectionsError / TTSError for bad input (nothing built)."""
+    started = time.monotonic()
+    _preflight(config)
+    source = data.load_source(config.source, config.sets)
+    corrections = load_corrections(config.corrections, source) if config.corrections else {}
+    speakers = tts.load_speaker_prompts(config.speakers) if config.speakers else []
+    if config.tts_backend == "cosyvoice2" and not speakers:
+        raise tts.TTSError("the cosyvoice2 backend needs --speakers DIR (<name>.wav + <name>.txt prompts)")
+    plan = plan_jobs(config, source, corrections, speakers)
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cache = AudioCache(config.tts_cache_dir())
+    jobs = 1 if config.tts_backend == "cosyvoice2" else config.jobs
+    audio_by_item, failures, hits = synthesize_all(plan, cache, jobs=jobs, progress=config.progress)
+
+    qc_records = run_qc(config, source, audio_by_item, corrections) if config.qc != "none" else []
+    if config.qc != "none":
+        write_qc_report(config, qc_records)
+
+    rows: dict[str, int] = {}
+    num_bytes: dict[str, int] = {}
+    for set_name, records in source.items():
+        set_rows = dataset_rows(set_name, records, audio_by_item)
+        rows[set_name] = len(set_rows)
+        num_bytes[set_name] = write_parquet(set_name, set_rows, out)
+    missing = {name: [f.qid for f in failures if f.set_name == name] for name in source}
+    status = Counter(r.status for r in qc_records)
+    qc_summary = (
+        f"{len(qc_records)} clip(s) checked, " + ", ".join(f"{n} {s}" for s, n in sorted(status.items()))
+        if qc_records
+        else None
+    )
+    write_card(
+        out,
+        source,
+        rows,
+        tts_backend=config.tts_backend,
+        missing=missing,
+        qc_summary=qc_summary,
+        num_bytes=num_bytes,
+    )
+    result = BuildResult(
+        rows=rows,
+        failures=failures,
+        synthesized=len(audio_by_item) - hits,
+        from_cache=hits,
+        qc=qc_records,
+        seconds=time.monotonic() - started,
+    )
+    _write_build_report(config, result)
+    return result
+
+
+def _preflight(config: BuildConfig) -> None:
+    """Fail before any work on a missing tool, not once per item."""
+    if config.tts_backend not in tts.BACKENDS:
+        raise tts.TTSError(f"unknown TTS backend {config.tts_backend!r}; choose from {list(tts.BACKENDS)}")
+    if config.tts_backend == "espeak" and shutil.which(tts.ESPEAK_BINARY) is None:
+        raise tts.TTSError(f"{tts.ESPEAK_BINARY} is not installed (Debian/Ubuntu: apt-get install espeak-ng)")
+    if config.tts_backend == "cosyvoice2":
+        tts.cosyvoice_model_dir(config.cosyvoice_model)
+    if config.qc not in QC_MODES:
+        raise ValueError(f"--qc must be one of {list(QC_MODES)}")
+
+
+def _write_build_report(config: BuildConfig, result: BuildResult) -> None:
+    report = {
+        "complete": result.complete,
+        "tts_backend": config.tts_backend,
+        "rows": result.rows,
+        "synthesized": result.synthesized,
+        "from_cache": result.from_cache,
+        "failures": [asdict(f) for f in result.failures],
+        "qc_flagged": [f"{r.set_name}/{r.qid}" for r in result.flagged],
+    }
+    _atomic_write(
+        Path(config.out) / "build_report.json", json.dumps(report, ensure_ascii=False, indent=2).encode()
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# command line
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--source",
+        type=Path,
+        required=True,
+        help="folder with cs_knowledge.json, cs_knowledge_en.json, cs_open_ended.json",
+    )
+    parser.add_argument(
+        "--out", type=Path, required=True, help="output folder (parquet per set + README.md card)"
+    )
+    parser.add_argument("--tts", choices=tts.BACKENDS, default="espeak", help="speech synthesis backend")
+    parser.add_argument(
+        "--speakers", type=Path, help="cosyvoice2: folder of speaker prompts <name>.wav + <name>.txt"
+    )
+    parser.add_argument(
+        "--cosyvoice-model",
+        type=Path,
+        help=f"cosyvoice2 model directory (default ${tts.COSYVOICE_MODEL_ENV})",
+    )
+    parser.add_argument("--asr-model", help="ASR model for QC (default: cs3_tasks.asr.default_model())")
+    parser.add_argument(
+        "--asr-backend", default="faster-whisper", choices=("faster-whisper", "openai-whisper")
+    )
+    parser.add_argument(
+        "--qc",
+        choices=QC_MODES,
+        default="sample",
+        help="ASR round-trip check of all clips, a sample, or none (default: sample)",
+    )
+    parser.add_argument(
+        "--qc-sample",
+        type=int,
+        default=DEFAULT_QC_SAMPLE,
+        help=f"items per set checked with --qc sample (default {DEFAULT_QC_SAMPLE})",
+    )
+    parser.add_argument(
+        "--max-cer",
+        type=float,
+        default=DEFAULT_MAX_CER,
+        help=f"QC: highest CER over the Chinese characters (default {DEFAULT_MAX_CER})",
+    )
+    parser.add_argument(
+        "--min-english-recall",
+        type=float,
+        default=DEFAULT_MIN_ENGLISH_RECALL,
+        help=f"QC: lowest share of English words heard (default {DEFAULT_MIN_ENGLISH_RECALL})",
+    )
+    parser.add_argument(
+        "--corrections",
+        type=Path,
+        help="YAML/JSON: {Qid or set/Qid: {action: resynthesize, speaker: X | seed: N} or {action: accept}}",
+    )
+    parser.add_argument("--sets", nargs="+", choices=data.SETS, default=list(data.SETS), help="sets to build")
+    parser.add_argument("--jobs", type=int, default=2, help="parallel synthesis workers (espeak; default 2)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="TTS seed of every item (corrections may override)"
+    )
+    parser.add_argument("--cache-dir", type=Path, help="TTS audio cache (default OUT/.cache/tts)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def run(args: argparse.Namespace) -> int:
+    config = BuildConfig(
+        source=args.source,
+        out=args.out,
+        tts_backend=args.tts,
+        speakers=args.speakers,
+        cosyvoice_model=args.cosyvoice_model,
+        asr_model=args.asr_model,
+        asr_backend=args.asr_backend,
+        qc=args.qc,
+        qc_sample=args.qc_sample,
+        max_cer=args.max_cer,
+        min_english_recall=args.min_english_recall,
+        corrections=args.corrections,
+        sets=tuple(args.sets),
+        jobs=args.jobs,
+        seed=args.seed,
+        cache_dir=args.cache_dir,
+        progress=not args.no_progress,
+    )
+    try:
+        result = build_dataset(config)
+    except (data.SourceError, CorrectionsError, tts.TTSError, ValueError) as err:
+        print(f"build-dataset: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print(
+            f"build-dataset: interrupted; finished clips are kept in {config.tts_cache_dir()}, "
+            "re-run the same command to continue",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    rows = ", ".join(f"{name} {count}" for name, count in result.rows.items())
+    print(
+        f"built {config.out}: {rows} rows; {result.synthesized} synthesized, {result.from_cache} from cache, "
+        f"{result.seconds:.1f} s"
+    )
+    if result.qc:
+        flagged = result.flagged
+        print(
+            f"QC: {len(result.qc)} checked, {len(flagged)} over threshold -> {Path(config.out) / 'qc_report.md'}"
+        )
+    if result.failures:
+        print(f"INCOMPLETE: synthesis failed for {len(result.failures)} item(s):", file=sys.stderr)
+        for failure in result.failures[:20]:
+            print(f"  {failure.set_name} Qid {failure.qid}: {failure.cause}", file=sys.stderr)
+        if len(result.failures) > 20:
+            print(f"  ... and {len(result.failures) - 20} more", file=sys.stderr)
+        print(f"details: {Path(config.out) / 'build_report.json'}; re-run to retry them", file=sys.stderr)
+        return EXIT_INCOMPLETE
+    return EXIT_OK

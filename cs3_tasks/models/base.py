@@ -1,0 +1,357 @@
+"""Shared plumbing of the speech-to-speech lm-eval wrappers.
+
+A wrapper subclass only turns a batch of ``SpeechRequest`` into ``SpeechReply`` (or an exception per
+item). This base class does the rest, identically for every wrapper:
+
+- lm-eval ``Instance`` -> ``SpeechRequest`` (query audio, Qid, task name, instruction, gen kwargs);
+- batching (``batch_size``), with a fall-back to one-by-one when a whole batch fails, so one bad
+  item cannot take its neighbours down;
+- saving the spoken waveform as ``<output_dir>/<task>/<Qid>.wav`` and a ``<output_dir>/<set>.jsonl``
+  row ``{Qid, text, audio}`` per item (``audio`` relative to output_dir: the layout ``cs3-bench score``
+  and ``cs3-precomputed`` read), so a killed run loses nothing and ``resume=True`` skips items already
+  answered;
+- a per-item failure: logged, appended to ``<output_dir>/errors.jsonl``, and returned as an encoded
+  response with empty text and no audio; the run continues;
+- a tqdm progress bar.
+
+The returned string is ``cs3_tasks.speech.encode_response(text, wav_path)``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from lm_eval.api.model import LM
+
+from cs3_tasks.audio import AudioSource, load_audio, write_wav
+
+log = logging.getLogger(__name__)
+
+ERRORS_FILE = "errors.jsonl"
+
+
+@dataclass(frozen=True)
+class SpeechRequest:
+    """One lm-eval generate_until request, in the terms a speech model needs."""
+
+    index: int                  # position in the lm-eval request list
+    task: str                   # lm-eval task name, e.g. "cs3_knowledge"
+    qid: str                    # item id, names the saved wav
+    instruction: str            # the context lm-eval built (doc_to_text); may be ""
+    audio: AudioSource | None   # the query audio as the task gave it (bytes or a path)
+    gen_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SpeechReply:
+    """A model's answer: its text channel and, for speech models, the waveform it spoke."""
+
+    text: str
+    audio: np.ndarray | None = None
+    sample_rate: int = 16_000
+
+
+Outcome = SpeechReply | BaseException
+
+
+class ItemError(RuntimeError):
+    """A failure attributable to one item (its message names the Qid)."""
+
+
+def speech_request(instance: Any, index: int) -> SpeechRequest:
+    """Unpack an lm-eval Instance whose args are (context, gen_kwargs[, {"audio": ...}])."""
+    args = instance.args
+    context = args[0] if args else ""
+    gen_kwargs = args[1] if len(args) > 1 and isinstance(args[1], Mapping) else {}
+    aux = args[2] if len(args) > 2 and isinstance(args[2], Mapping) else {}
+    audio = aux.get("audio")
+    # lm-eval's doc_to_audio may give a list (one entry per configured feature): we take one query.
+    if isinstance(audio, (list, tuple)) and not _is_array_tuple(audio):
+        audio = audio[0] if audio else None
+    doc = instance.doc if isinstance(instance.doc, Mapping) else {}
+    doc_id = getattr(instance, "doc_id", None)
+    qid = doc.get("Qid") or doc.get("qid") or (f"doc{doc_id}" if doc_id is not None else f"request{index}")
+    return SpeechRequest(
+        index=index,
+        task=instance.task_name or "task",
+        qid=str(qid),
+        instruction=context if isinstance(context, str) else "",
+        audio=audio,
+        gen_kwargs=dict(gen_kwargs),
+    )
+
+
+def _is_array_tuple(value: Any) -> bool:
+    return isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], np.ndarray)
+
+
+def safe_name(text: str) -> str:
+    """A file-system-safe name for a Qid, task or model label."""
+    name = re.sub(r"[^\w.\-]+", "_", str(text)).strip("._")
+    return name or "unnamed"
+
+
+def as_bool(value: Any) -> bool:
+    """A model_arg flag: lm-eval parses "true"/"false", the Python API may pass either form."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+def pick_device(requested: str | None) -> str:
+    """The torch device to use: lm-eval passes --device (default "cuda:0" even without a GPU)."""
+    import torch
+
+    if requested and not (str(requested).startswith("cuda") and not torch.cuda.is_available()):
+        return str(requested)
+    if requested:
+        log.warning("device %s requested but CUDA is not available: using cpu", requested)
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def chunked(items: Sequence, size: int) -> Iterator[Sequence]:
+    size = max(1, int(size))
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+class SpeechLM(LM):
+    """Base of the cs3 speech-to-speech wrappers; subclasses implement ``generate_batch``."""
+
+    MULTIMODAL = True  # lets lm-eval hand us tasks that carry doc_to_audio
+
+    #: registered lm-eval name; also the default output sub-directory
+    model_name: str = "cs3-speech"
+
+    def __init__(
+        self,
+        output_dir: str | None = None,
+        batch_size: int | str | None = 1,
+        resume: bool = False,
+        max_batch_size: int | None = None,   # passed by lm-eval; unused
+        device: str | None = None,
+        **unknown: Any,
+    ) -> None:
+        super().__init__()
+        if unknown:
+            raise TypeError(f"{self.model_name}: unknown model_args {sorted(unknown)}")
+        self.output_dir = Path(output_dir or Path("cs3_outputs") / safe_name(self.label()))
+        # lm-eval passes batch_size as a str ("auto", "8"); "auto" means the wrapper's own default.
+        self.batch_size = int(batch_size) if str(batch_size).isdigit() else self.default_batch_size()
+        self.resume = as_bool(resume)
+        self.device_name = device
+        self._write_lock = threading.Lock()
+
+    # -- subclass API -------------------------------------------------------------------------
+
+    def label(self) -> str:
+        """Names the default output directory ./cs3_outputs/<label>."""
+        return self.model_name
+
+    def default_batch_size(self) -> int:
+        return 1
+
+    def generate_batch(self, requests: Sequence[SpeechRequest]) -> list[Outcome]:
+        """One outcome per request: a SpeechReply or the exception that item raised."""
+        raise NotImplementedError
+
+    def generate_all(self, requests: Sequence[SpeechRequest], done: Callable[[SpeechRequest, Outcome], None]) -> None:
+        """Run every request, calling ``done`` once per item. Default: chunks of ``batch_size``.
+
+        A chunk that raises as a whole is retried item by item, so the failure lands on the item that
+        caused it. Wrappers with their own scheduling (thread pools, pipeline stages) override this.
+        """
+        for chunk in chunked(requests, self.batch_size):
+            try:
+                outcomes = self.generate_batch(chunk)
+                if len(outcomes) != len(chunk):
+                    raise RuntimeError(f"backend returned {len(outcomes)} results for {len(chunk)} requests")
+            except Exception as batch_error:  # noqa: BLE001 - retried item by item below
+                if len(chunk) == 1:
+                    outcomes = [batch_error]
+                else:
+                    log.warning("%s: batch of %d failed (%s); retrying one by one",
+                                self.model_name, len(chunk), batch_error)
+                    outcomes = [self._one(req) for req in chunk]
+            for req, outcome in zip(chunk, outcomes):
+                done(req, outcome)
+
+    def _one(self, req: SpeechRequest) -> Outcome:
+        try:
+            return self.generate_batch([req])[0]
+        except Exception as error:  # noqa: BLE001 - recorded for this item only
+            return error
+
+    # -- helpers for subclasses ---------------------------------------------------------------
+
+    @staticmethod
+    def query_audio(req: SpeechRequest, sample_rate: int = 16_000) -> np.ndarray:
+        """The query waveform; a clear error naming the Qid when it is missing or unreadable."""
+        if req.audio is None:
+            raise ItemError(f"{req.task}/{req.qid}: the request carries no query audio "
+                            "(does the task set doc_to_audio?)")
+        try:
+            return load_audio(req.audio, sample_rate)
+        except Exception as error:
+            raise ItemError(f"{req.task}/{req.qid}: cannot read the query audio: {error}") from error
+
+    # -- lm-eval API --------------------------------------------------------------------------
+
+    def generate_until(self, requests: list, disable_tqdm: bool = False) -> list[str]:
+        from tqdm import tqdm
+
+        reqs = [speech_request(instance, i) for i, instance in enumerate(requests)]
+        results: list[str | None] = [None] * len(reqs)
+        previous = self._previous_answers(reqs) if self.resume else {}
+        todo = []
+        for req in reqs:
+            if (req.task, req.qid) in previous:
+                results[req.index] = previous[(req.task, req.qid)]
+            else:
+                todo.append(req)
+        if previous:
+            log.info("%s: resume: %d of %d items already answered in %s",
+                     self.model_name, len(reqs) - len(todo), len(reqs), self.output_dir)
+
+        bar = tqdm(total=len(todo), desc=f"{self.model_name} speech generation", disable=disable_tqdm)
+
+        def done(req: SpeechRequest, outcome: Outcome) -> None:
+            results[req.index] = self._finish(req, outcome, requests[req.index])
+            bar.update(1)
+
+        try:
+            self.generate_all(todo, done)
+        finally:
+            bar.close()
+        missing = [reqs[i].qid for i, r in enumerate(results) if r is None]
+        for i, r in enumerate(results):
+            if r is None:  # a subclass that forgot an item: record it rather than crash lm-eval
+                results[i] = self._finish(reqs[i], ItemError(f"{reqs[i].qid}: no result produced"),
+                                          requests[i])
+        if missing:
+            log.error("%s: %d items produced no result: %s", self.model_name, len(missing), missing[:5])
+        with self._write_lock:
+            self._compact({req.task for req in todo})
+        return results  # type: ignore[return-value]
+
+    def loglikelihood(self, requests: list, disable_tqdm: bool = False) -> list:
+        raise NotImplementedError(
+            f"{self.model_name} is a speech-to-speech generation wrapper: loglikelihood is not supported. "
+            "Use it with generate_until tasks (cs3_knowledge, cs3_knowledge_en, cs3_open_ended)."
+        )
+
+    def loglikelihood_rolling(self, requests: list, disable_tqdm: bool = False) -> list:
+        raise NotImplementedError(
+            f"{self.model_name} is a speech-to-speech generation wrapper: loglikelihood_rolling "
+            "(perplexity) is not supported."
+        )
+
+    # -- saving -------------------------------------------------------------------------------
+
+    def wav_path(self, req: SpeechRequest) -> Path:
+        from cs3_tasks.speech import speech_output_path
+
+        return speech_output_path(self.output_dir, req.task, req.qid)
+
+    def _finish(self, req: SpeechRequest, outcome: Outcome, instance: Any) -> str:
+        from cs3_tasks.speech import encode_response
+
+        text, audio_path, error = "", None, None
+        if isinstance(outcome, BaseException):
+            error = outcome
+        else:
+            try:
+                text = outcome.text or ""
+                if outcome.audio is not None and np.asarray(outcome.audio).size > 0:
+                    path = self.wav_path(req)
+                    write_wav(path, np.asarray(outcome.audio, dtype=np.float32), outcome.sample_rate)
+                    audio_path = str(path)
+            except Exception as save_error:  # noqa: BLE001 - e.g. NaN samples: the item fails, run goes on
+                text, audio_path, error = "", None, save_error
+        if error is not None:
+            self._record_failure(req, error)
+        self._append_row(req, text, audio_path, error)
+        response = encode_response(text, audio_path)
+        # lm-eval's --use_cache stores responses it gets from us; partial adds make a killed run resumable.
+        if error is None:
+            self.cache_hook.add_partial("generate_until", instance.args, response)
+        return response
+
+    def _record_failure(self, req: SpeechRequest, error: BaseException) -> None:
+        message = f"{type(error).__name__}: {error}"
+        log.warning("%s: item %s/%s failed: %s", self.model_name, req.task, req.qid, message)
+        row = {"task": req.task, "Qid": req.qid, "model": self.label(), "error": message,
+               "traceback": "".join(traceback.format_exception(error))[-4000:],
+               "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        self._append_jsonl(self.output_dir / ERRORS_FILE, row)
+
+    def responses_file(self, task: str) -> Path:
+        """``<output_dir>/<set>.jsonl`` (``cs3_knowledge`` -> ``knowledge.jsonl``): the layout that
+        ``cs3-bench score`` and ``cs3-precomputed`` read, so a run's outputs can be re-scored as they are."""
+        from cs3_tasks.models.precomputed import set_of_task
+
+        return self.output_dir / f"{set_of_task(task) or safe_name(task)}.jsonl"
+
+    def _append_row(self, req: SpeechRequest, text: str, audio_path: str | None, error: BaseException | None):
+        audio = Path(audio_path).resolve() if audio_path else None
+        root = self.output_dir.resolve()
+        if audio is not None and audio.is_relative_to(root):
+            audio = audio.relative_to(root)
+        row = {"Qid": req.qid, "text": text, "audio": str(audio) if audio else None}
+        if error is not None:
+            row["error"] = f"{type(error).__name__}: {error}"
+        self._append_jsonl(self.responses_file(req.task), row)
+
+    def _compact(self, tasks: set[str]) -> None:
+        """Keep one row per Qid (the latest) in each responses file: readers keep the first row."""
+        for task in tasks:
+            path = self.responses_file(task)
+            if not path.exists():
+                continue
+            latest: dict[str, str] = {}
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    latest[str(json.loads(line)["Qid"])] = line
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue  # a half-written line of a killed run
+            tmp = path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(line + "\n" for line in latest.values()), encoding="utf-8")
+            tmp.replace(path)
+
+    def _append_jsonl(self, path: Path, row: dict) -> None:
+        with self._write_lock:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+    def _previous_answers(self, reqs: Sequence[SpeechRequest]) -> dict[tuple[str, str], str]:
+        """(task, Qid) -> encoded response, for items answered without error in an earlier run."""
+        from cs3_tasks.speech import encode_response
+
+        found: dict[tuple[str, str], str] = {}
+        for task in {req.task for req in reqs}:
+            path = self.responses_file(task)
+            if not path.exists():
+                continue
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a half-written last line of a killed run
+                if row.get("error"):
+                    found.pop((task, row.get("Qid")), None)  # the latest row wins
+                    continue
+                audio = str(self.output_dir / row["audio"]) if row.get("audio") else None
+                if audio is None or Path(audio).exists():
+                    found[(task, str(row.get("Qid")))] = encode_response(row.get("text", ""), audio)
+        return found

