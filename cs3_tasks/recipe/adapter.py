@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cs3_tasks.recipe.transforms import SPECIAL_TOKENS, Response, TransformConfig, postprocess
+from cs3_tasks.recipe.transforms import COR_SEPARATOR, SPECIAL_TOKENS, Response, TransformConfig, postprocess
 
 RECIPE_FILE = "cs3_recipe.json"
 
@@ -75,3 +75,16 @@ def decode_keeping_recipe_tokens(tokenizer, ids) -> str:
     keep = set(tokenizer.convert_tokens_to_ids(list(SPECIAL_TOKENS)))
     drop = set(tokenizer.all_special_ids) - keep
     return tokenizer.decode([i for i in ids if i not in drop], skip_special_tokens=False)
+
+
+def cor_answer_start(tokenizer, ids) -> int | None:
+    """Index in generated ``ids`` of the first answer token after the CoR separator; None without one.
+
+    For wrappers whose speech head reads the LLM's hidden states position by position (VocalNet,
+    Qwen2.5-Omni's talker): the positions before this index are the CoR prefix, not the answer.
+    """
+    separator = tokenizer.convert_tokens_to_ids(COR_SEPARATOR)
+    ids = [int(i) for i in ids]
+    if separator is None or separator == tokenizer.unk_token_id or separator not in ids:
+        return None
+    return ids.index(separator) + 1
