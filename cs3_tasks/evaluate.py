@@ -1,0 +1,267 @@
+"""``cs3-bench eval`` (lm_eval with our tasks on the include path), ``cs3-bench demo`` (the offline main
+job) and the Python API (``task_manager()``).
+
+``cs3-bench demo`` runs the real lm-eval pipeline (``lm_eval.simple_evaluate``) on the embedded demo set
+for each bundled demo system through ``cs3-precomputed``: the offline Whisper transcribes the speech,
+the keyword stage scores it (the LLM judge joins when one is configured), lm-eval prints its table, and
+the run writes, per system, the per-item records and summaries in the layout of ``cs3-bench score``,
+then a leaderboard, the code-switched vs English comparison and the report figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+SETS = ("knowledge", "knowledge_en", "open_ended")
+DEMO_RESPONSES = Path(__file__).resolve().parent / "demo" / "responses"
+
+
+def task_dir() -> Path:
+    """The folder of the cs3 lm-eval task YAMLs."""
+    from cs3_tasks.lm_eval_hook import task_dir as _task_dir
+
+    return _task_dir()
+
+
+def task_manager(include_path: str | Path | Sequence[str | Path] | None = None, **kwargs: Any):
+    """An ``lm_eval.tasks.TaskManager`` that knows the cs3 tasks (with or without the start-up hook).
+
+    ``include_path`` adds more task folders; other keyword arguments go to TaskManager (``metadata``...).
+    """
+    from lm_eval.tasks import TaskManager
+
+    from cs3_tasks.lm_eval_hook import with_our_tasks
+
+    return TaskManager(include_path=with_our_tasks(include_path), **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# results of an lm-eval run -> records, summaries, comparison
+
+
+def set_of_task(task_name: str) -> tuple[str, str] | None:
+    """``cs3_knowledge_en_text`` -> ("knowledge_en", "text"); None for a task that is not ours."""
+    name = task_name.removeprefix("cs3_")
+    variant = "text" if name.endswith("_text") else "audio"
+    name = name.removesuffix("_text")
+    return (name, variant) if task_name.startswith("cs3_") and name in SETS else None
+
+
+def records_from_samples(samples: Mapping[str, Sequence[Mapping]]) -> dict[tuple[str, str], list[dict]]:
+    """(set, variant) -> per-item records, read back from lm-eval's logged samples (filtered responses)."""
+    found: dict[tuple[str, str], list[dict]] = {}
+    for task_name, task_samples in samples.items():
+        key = set_of_task(task_name)
+        if key is None:
+            continue
+        records = []
+        for sample in sorted(task_samples, key=lambda s: s["doc_id"]):
+            filtered = sample["filtered_resps"]
+            records.append(json.loads(filtered[0] if isinstance(filtered, list) else filtered))
+        found[key] = records
+    return found
+
+
+def write_scored_dir(records: Mapping[str, Sequence[dict]], out: Path, model: str) -> dict[str, dict]:
+    """Write ``<set>.records.jsonl`` / ``.summary.json`` / ``.summary.md`` (the ``cs3-bench score``
+    layout, so ``cs3-bench report`` reads it) and return the summaries, with the cs-vs-en comparison."""
+    from cs3_tasks.scoring import compare_cs_en, summarize, summary_markdown
+
+    out.mkdir(parents=True, exist_ok=True)
+    summaries = {}
+    for set_name, set_records in records.items():
+        summary = summarize(set_name, list(set_records))
+        summary["model"] = model
+        summaries[set_name] = summary
+        lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in set_records)
+        (out / f"{set_name}.records.jsonl").write_text(lines, encoding="utf-8")
+    if "knowledge" in summaries and "knowledge_en" in summaries:
+        comparison = compare_cs_en(summaries["knowledge"], summaries["knowledge_en"])
+        summaries["knowledge"]["cs_vs_en"] = summaries["knowledge_en"]["cs_vs_en"] = comparison
+    for set_name, summary in summaries.items():
+        (out / f"{set_name}.summary.json").write_text(
+            json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        (out / f"{set_name}.summary.md").write_text(summary_markdown(summary), encoding="utf-8")
+    return summaries
+
+
+def _pct(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{100 * value:.1f}%"
+
+
+def cs_vs_en_markdown(per_model: Mapping[str, Mapping[str, dict]]) -> str:
+    """One row per model and channel: accuracy on code-switched vs English questions, drop, preserve rate."""
+    lines = ["| model | channel | acc cs | acc en | drop (abs) | drop (rel) | preserve |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for model, summaries in per_model.items():
+        comparison = (summaries.get("knowledge") or {}).get("cs_vs_en")
+        if not comparison:
+            continue
+        for channel in ("text", "speech"):
+            c = comparison.get(channel) or {}
+            lines.append(f"| {model} | {channel} | {_pct(c.get('acc_cs'))} | {_pct(c.get('acc_en'))} | "
+                         f"{_pct(c.get('drop_abs'))} | {_pct(c.get('drop_rel'))} | {_pct(c.get('preserve'))} |")
+    return "\n".join(lines) + "\n"
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return str(value)
+
+
+def _strip_nan(value: Any) -> Any:
+    """NaN (not applicable) -> None, so result files are strict JSON."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _strip_nan(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strip_nan(v) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------------------------------------------------
+# cs3-bench demo
+
+
+def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, default=Path("cs3_demo"), help="output folder (default ./cs3_demo)")
+    parser.add_argument("--dataset", default="demo",
+                        help="dataset for the tasks: 'demo' (embedded), a local build dir or a Hub id")
+    parser.add_argument("--responses", type=Path, default=DEMO_RESPONSES,
+                        help="folder with one sub-folder of pre-generated outputs per system")
+    parser.add_argument("--systems", nargs="*", default=None, help="sub-folders to run (default: all)")
+    parser.add_argument("--tasks", default="cs3", help="lm-eval tasks or groups (default: cs3)")
+    parser.add_argument("--asr-model", default=None, help="ASR model (default: the offline Whisper-base)")
+    parser.add_argument("--no-judge", action="store_true", help="keyword stage only, even if a judge is set")
+    parser.add_argument("--limit", type=int, default=None, help="items per task (lm-eval --limit)")
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    started = time.time()
+    responses = Path(args.responses)
+    systems = args.systems or (sorted(p.name for p in responses.iterdir() if p.is_dir())
+                               if responses.is_dir() else [])
+    if not systems:
+        print(f"error: no demo systems found in {responses}", file=sys.stderr)
+        return 2
+    metadata: dict[str, Any] = {"dataset": args.dataset}
+    if args.asr_model:
+        metadata["asr_model"] = args.asr_model
+    if args.no_judge:
+        metadata["judge"] = "none"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    per_model: dict[str, dict[str, dict]] = {}
+    for system in systems:
+        print(f"\n=== {system}: lm-eval, model cs3-precomputed, tasks {args.tasks} ===", flush=True)
+        summaries = evaluate_outputs(responses / system, out / system, model=system, tasks=args.tasks,
+                                     metadata=metadata, limit=args.limit)
+        per_model[system] = summaries
+    print("\n=== code-switched vs English knowledge questions ===")
+    comparison = cs_vs_en_markdown(per_model)
+    print(comparison)
+    (out / "cs_vs_en.md").write_text(comparison, encoding="utf-8")
+    _leaderboard_and_figure(out, per_model)
+    print(f"demo finished in {time.time() - started:.0f} s; results in {out}")
+    return 0
+
+
+def evaluate_outputs(outputs: Path, out: Path, *, model: str, tasks: str | Sequence[str] = "cs3",
+                     metadata: Mapping[str, Any] | None = None, limit: int | None = None) -> dict[str, dict]:
+    """Run lm-eval (``cs3-precomputed`` over ``outputs``) and write lm-eval's results plus the
+    ``cs3-bench score`` layout into ``out``; returns the summaries per set."""
+    import lm_eval
+    from lm_eval.utils import make_table
+
+    import cs3_tasks.models.precomputed  # noqa: F401  (registers cs3-precomputed even with the hook off)
+
+    metadata = dict(metadata or {})
+    task_list = [tasks] if isinstance(tasks, str) else list(tasks)
+    results = lm_eval.simple_evaluate(
+        model="cs3-precomputed", model_args={"outputs": str(outputs)}, tasks=task_list,
+        task_manager=task_manager(metadata=metadata), metadata=metadata, log_samples=True,
+        bootstrap_iters=0, limit=limit,
+    )
+    print(make_table(results))
+    if results.get("groups"):
+        print(make_table(results, "groups"))
+    samples = results.pop("samples", {}) or {}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "lm_eval_results.json").write_text(
+        json.dumps(_strip_nan(results), indent=2, ensure_ascii=False, default=_json_default) + "\n",
+        encoding="utf-8")
+    records = {s: r for (s, variant), r in records_from_samples(samples).items() if variant == "audio"}
+    return write_scored_dir(records, out, model)
+
+
+def _leaderboard_and_figure(out: Path, per_model: Mapping[str, Mapping[str, dict]]) -> None:
+    from cs3_tasks import report
+
+    rows = report.leaderboard_rows(per_model)
+    board = report.leaderboard_markdown(rows)
+    print("=== leaderboard ===")
+    print(board)
+    (out / "leaderboard.md").write_text(board, encoding="utf-8")
+    report.write_csv(out / "leaderboard.csv", rows)
+    figure = out / "accuracy.png"
+    report.plot_accuracy(per_model, figure)
+    print(f"figure: {figure}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# cs3-bench eval
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("lm_eval_args", nargs=argparse.REMAINDER,
+                        help="arguments for `lm_eval run` (e.g. --model cs3-precomputed --model_args "
+                             "outputs=DIR --tasks cs3 --metadata '{\"dataset\": \"demo\"}')")
+    parser.epilog = "Runs `lm_eval run --include_path <cs3 tasks> ARGS` (works with the start-up hook off)."
+    parse_known = parser.parse_known_args
+
+    def pass_everything_through(args=None, namespace=None):
+        # argparse would reject lm_eval's options (--model...) as unknown: hand them all to lm_eval
+        args = list(args or [])
+        if args[:1] in (["-h"], ["--help"]):
+            return parse_known(args, namespace)
+        namespace, _ = parse_known([], namespace)
+        namespace.lm_eval_args = args
+        return namespace, []
+
+    parser.parse_known_args = pass_everything_through  # type: ignore[method-assign]
+
+
+def eval_command(lm_eval_args: Sequence[str]) -> list[str]:
+    """The lm_eval command line run by ``cs3-bench eval``."""
+    args = list(lm_eval_args)
+    if args and args[0] == "--":
+        args = args[1:]
+    if args and args[0] == "run":
+        args = args[1:]
+    return [sys.executable, "-c", _LM_EVAL_SHIM, "run", "--include_path", str(task_dir()), *args]
+
+
+# `lm_eval` with our model names resolvable even when the start-up hook is switched off
+_LM_EVAL_SHIM = (
+    "import sys, lm_eval.api.registry as r; from cs3_tasks import lm_eval_hook as h; "
+    "h.patch_model_registry(r); from lm_eval.__main__ import cli_evaluate; "
+    "sys.argv[0] = 'lm_eval'; cli_evaluate()"
+)
+
+
+def run(args: argparse.Namespace) -> int:
+    # works with the start-up hook on or off: the include path brings the tasks (added once either way)
+    # and the shim makes our model names resolve
+    return subprocess.call(eval_command(args.lm_eval_args))

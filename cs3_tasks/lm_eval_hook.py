@@ -1,0 +1,195 @@
+"""Makes a plain ``lm_eval`` see the cs3 tasks and models (lm-eval 0.4.x has no plugin mechanism).
+
+How: ``pip install`` puts ``cs3_bench_lm_eval.pth`` into site-packages (see ``cs3_tasks/_build_hooks.py``).
+Its one line calls ``install()`` at interpreter start-up, which only adds an import watcher to
+``sys.meta_path``; nothing else is imported and nothing happens until ``lm_eval`` itself is imported.
+Then, right after lm-eval's own modules have run:
+
+* ``lm_eval.tasks.manager``: ``TaskManager`` gets our task folder appended to its ``include_path``, so
+  ``lm_eval --tasks cs3_knowledge``, ``lm_eval ls tasks`` and ``TaskManager()`` know the cs3 tasks;
+* ``lm_eval.api.registry``: a lookup of one of ``MODEL_MODULES`` (``--model cs3-precomputed``...) imports
+  that wrapper module on first use; its ``@register_model`` does the registration. A wrapper whose
+  module fails to import only breaks its own name, with an error saying which module and why.
+
+Switch it off with ``CS3_BENCH_NO_LM_EVAL_HOOK=1`` (then use ``--include_path`` or ``cs3-bench eval``).
+Adding our folder is idempotent: a TaskManager given it explicitly (``--include_path``) gets it once.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+DISABLE_ENV = "CS3_BENCH_NO_LM_EVAL_HOOK"
+PTH_NAME = "cs3_bench_lm_eval.pth"
+
+# registered lm-eval model name -> the module whose import registers it
+MODEL_MODULES: dict[str, str] = {
+    "cs3-precomputed": "cs3_tasks.models.precomputed",
+    "cs3-openai-audio": "cs3_tasks.models.openai_audio",
+    "cs3-qwen2.5-omni": "cs3_tasks.models.qwen_omni",
+    "cs3-vocalnet": "cs3_tasks.models.vocalnet",
+    "cs3-cascade": "cs3_tasks.models.cascade",
+}
+
+
+def disabled() -> bool:
+    return os.environ.get(DISABLE_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def task_dir() -> Path:
+    """The folder of the cs3 lm-eval YAMLs (``task_configs/`` in a checkout, ``cs3_tasks/task_configs``
+    in a wheel), found without importing anything heavy."""
+    spec = importlib.util.find_spec("cs3_tasks.task_configs")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("cs3_tasks.task_configs is not installed: reinstall cs3-bench")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# what happens once lm-eval's modules are loaded
+
+
+def patch_task_manager(manager_module) -> None:
+    """Append our task folder to every TaskManager's include_path (idempotent)."""
+    cls = manager_module.TaskManager
+    if getattr(cls.__init__, "_cs3_patched", False):
+        return
+    original = cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        import inspect
+
+        bound = inspect.signature(original).bind(self, *args, **kwargs)
+        if not disabled():
+            bound.arguments["include_path"] = with_our_tasks(bound.arguments.get("include_path"))
+        original(*bound.args, **bound.kwargs)
+
+    __init__._cs3_patched = True  # type: ignore[attr-defined]
+    __init__.__wrapped__ = original  # type: ignore[attr-defined]
+    __init__.__doc__ = original.__doc__
+    cls.__init__ = __init__
+
+
+def with_our_tasks(include_path):
+    """``include_path`` (None, a path, or a list of them) plus our task folder, once."""
+    ours = task_dir()
+    if include_path is None:
+        paths = []
+    elif isinstance(include_path, (list, tuple)):
+        paths = list(include_path)
+    else:
+        paths = [include_path]
+    if any(_same_path(p, ours) for p in paths):
+        return include_path
+    return [ours, *paths]  # user paths last: lm-eval lets later paths override earlier ones
+
+
+def _same_path(a, b) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except (OSError, TypeError):
+        return False
+
+
+def patch_model_registry(registry_module) -> None:
+    """Import a cs3 wrapper module the first time its name is looked up (idempotent)."""
+    registry = registry_module.model_registry
+    if getattr(registry.get, "_cs3_patched", False):
+        return
+    original_get = registry.get
+
+    def get(alias, *args, **kwargs):
+        if alias in MODEL_MODULES and alias not in registry:
+            import_model_module(alias)
+        return original_get(alias, *args, **kwargs)
+
+    get._cs3_patched = True  # type: ignore[attr-defined]
+    registry.get = get  # instance attribute: shadows Registry.get for this registry only
+
+
+def import_model_module(name: str) -> None:
+    """Import the module that registers model ``name``; a failure names the module and the cause."""
+    module = MODEL_MODULES[name]
+    try:
+        importlib.import_module(module)
+    except Exception as error:
+        raise ImportError(
+            f"lm-eval model {name!r} is provided by {module}, which failed to import: "
+            f"{type(error).__name__}: {error}"
+        ) from error
+
+
+def register_all_models() -> list[str]:
+    """Import every cs3 wrapper module that imports cleanly; returns the registered names."""
+    registered = []
+    for name in MODEL_MODULES:
+        try:
+            import_model_module(name)
+            registered.append(name)
+        except ImportError as error:
+            print(f"cs3-bench: {error}", file=sys.stderr)
+    return registered
+
+
+_POST_IMPORT = {
+    "lm_eval.tasks.manager": patch_task_manager,
+    "lm_eval.api.registry": patch_model_registry,
+}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the import watcher
+
+
+class _PostImportLoader(importlib.abc.Loader):
+    """Runs the real loader, then our patch for that module."""
+
+    def __init__(self, loader, patch):
+        self._loader = loader
+        self._patch = patch
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        try:
+            self._patch(module)
+        except Exception as error:  # noqa: BLE001  (never break lm-eval because of us)
+            print(f"cs3-bench: lm-eval hook failed on {module.__name__}: {error} "
+                  f"(set {DISABLE_ENV}=1 to switch the hook off)", file=sys.stderr)
+
+    def __getattr__(self, name):  # get_source, get_filename... for tracebacks and inspect
+        return getattr(self._loader, name)
+
+
+class _LmEvalWatcher(importlib.abc.MetaPathFinder):
+    """A meta-path finder that only wraps the loaders of the modules in ``_POST_IMPORT``."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        patch = _POST_IMPORT.get(fullname)
+        if patch is None or disabled():
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _PostImportLoader(spec.loader, patch)
+        return spec
+
+
+def install() -> None:
+    """Called from the .pth file at start-up: watch for lm-eval's imports (cheap; idempotent)."""
+    if disabled():
+        return
+    if not any(isinstance(finder, _LmEvalWatcher) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _LmEvalWatcher())
+    # lm-eval imported before us (e.g. install() called by hand): patch right away
+    for name, patch in _POST_IMPORT.items():
+        module = sys.modules.get(name)
+        if module is not None:
+            patch(module)

@@ -1,0 +1,349 @@
+"""``!function`` targets of the cs3 lm-eval tasks. The logic lives in cs3_tasks; this file only adapts it.
+
+Flow of one task (e.g. ``cs3_knowledge``):
+
+1. ``load_<set>`` (``custom_dataset``) loads the set with ``cs3_tasks.data`` from ``--metadata
+   '{"dataset": ...}'``, else $CS3_BENCH_DATASET, else the Hub; the query audio becomes a file path
+   (``doc["audio"]``), so ``doc_to_audio`` hands the model a string that ``--use_cache`` can hash.
+2. The model answers each request with a string: plain text, or ``cs3_tasks.speech.encode_response``
+   (text + path of the waveform it spoke).
+3. The ``ScoreResponses`` filter sees ALL responses of the task at once and calls
+   ``cs3_tasks.scoring.score_batch`` (one batched ASR call, keyword stage, judge when configured). Each
+   filtered response is the per-item record as JSON: text, audio path, transcript, verdicts.
+4. ``process_results`` hands each metric a compact copy of the record; the ``agg_*`` aggregations call
+   ``cs3_tasks.scoring.summarize`` over the task's records, so lm-eval reports exactly the numbers of
+   ``cs3-bench score``. A channel that does not apply (no speech from a text-only model) gives NaN.
+
+Run settings (``--metadata`` keys, all optional): ``dataset``, ``asr_model``, ``asr_backend``,
+``judge`` (a preset name of cs3_tasks.judge, "env", or "none"), ``judge_model``, ``judge_base_url``.
+Without ``judge`` the judge joins when $CS3_JUDGE_MODEL or $CS3_JUDGE_BASE_URL is set.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from lm_eval.api.filter import Filter
+
+SETS = ("knowledge", "knowledge_en", "open_ended")
+CATEGORIES = ("Acoustic", "Semantic", "Integrated")
+
+# Run-scoped state, filled by the loaders (settings) and the filters (records), read by the aggregations.
+# Kept on the package, so that every copy of this file shares it: lm-eval imports it by file path,
+# other code as cs3_tasks.task_configs.utils.
+import cs3_tasks.task_configs as _package
+
+_SETTINGS: dict[str, Any] = _package.__dict__.setdefault("_run_settings", {})
+_RECORDS: dict[tuple[str, str], list[dict]] = _package.__dict__.setdefault("_run_records", {})
+
+# ---------------------------------------------------------------------------------------------------------
+# dataset
+
+
+def _load(set_name: str, dataset: str | None = None, **metadata: Any):
+    """A DatasetDict {"test": ...} of one set, its audio as a file path (``doc["audio"]``)."""
+    import datasets
+
+    from cs3_tasks import data
+
+    # lm-eval loads every task of a run before it filters any: records of an earlier run in this
+    # process (e.g. the previous demo system) must not leak into this run's cs-vs-en comparison
+    _RECORDS.clear()
+    _SETTINGS.update({k: metadata[k] for k in ("asr_model", "asr_backend", "judge", "judge_model",
+                                                 "judge_base_url") if k in metadata})
+    ds = data.load_set(set_name, data.dataset_location(dataset))
+    rows = [dict(row) for row in ds]
+    for row in rows:
+        row["audio"] = query_audio_path(row.get("audio"), row.get("Qid"))
+    return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
+
+
+def load_knowledge(**metadata: Any):
+    return _load("knowledge", **_dataset_kwargs(metadata))
+
+
+def load_knowledge_en(**metadata: Any):
+    return _load("knowledge_en", **_dataset_kwargs(metadata))
+
+
+def load_open_ended(**metadata: Any):
+    return _load("open_ended", **_dataset_kwargs(metadata))
+
+
+def _dataset_kwargs(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    kwargs = dict(metadata)
+    kwargs["dataset"] = kwargs.get("dataset") or os.environ.get("CS3_BENCH_DATASET") or None
+    return kwargs
+
+
+def query_audio_path(audio: Any, qid: Any = None) -> str | None:
+    """A file path for the query audio of one item: its own file, or its bytes written once into the
+    cache, named by content hash (stable across runs, so lm-eval's request cache keys are too)."""
+    import hashlib
+
+    from cs3_tasks.cache import cache_dir
+
+    if audio is None:
+        return None
+    if isinstance(audio, str):
+        return audio
+    if not isinstance(audio, Mapping):
+        raise TypeError(f"Qid {qid}: unsupported audio value of type {type(audio).__name__}")
+    blob, path = audio.get("bytes"), audio.get("path")
+    if not blob:
+        if path and Path(path).is_file():
+            return str(Path(path).resolve())
+        raise ValueError(f"Qid {qid}: the audio column has neither bytes nor an existing file ({path!r})")
+    digest = hashlib.sha256(blob).hexdigest()
+    suffix = Path(path).suffix if path and Path(path).suffix else _sniff_suffix(blob)
+    target = cache_dir() / "query_audio" / f"{digest}{suffix}"
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(target.suffix + f".{os.getpid()}.tmp")
+        tmp.write_bytes(blob)
+        tmp.replace(target)  # atomic: parallel runs never see half a file
+    return str(target)
+
+
+def _sniff_suffix(blob: bytes) -> str:
+    if blob[:4] == b"RIFF":
+        return ".wav"
+    if blob[:4] == b"fLaC":
+        return ".flac"
+    if blob[:4] == b"OggS":
+        return ".ogg"
+    return ".audio"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# prompts
+
+
+def doc_to_audio(doc: Mapping) -> list[str]:
+    """The query audio as a list with one file path (lm-eval's multimodal convention: a list)."""
+    if not doc.get("audio"):
+        raise ValueError(f"Qid {doc.get('Qid')}: this item has no query audio")
+    return [doc["audio"]]
+
+
+def doc_to_target(doc: Mapping) -> str:
+    """The reference answer (for the logs; scoring reads the doc itself)."""
+    if "Answer_zh" in doc:
+        return f"{doc['Answer_zh']} / {doc.get('Answer_en') or ''}".strip(" /")
+    return str(doc.get("Answer") or "")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the filter: one batched scoring pass over all responses of a task
+
+
+class ScoreResponses(Filter):
+    """Decodes every response (speech protocol), scores the whole task with ``score_batch`` and returns
+    each item's record as a JSON string (what ``--log_samples`` shows as the filtered response)."""
+
+    def __init__(self, set_name: str, variant: str = "audio", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if set_name not in SETS:
+            raise ValueError(f"ScoreResponses: unknown set {set_name!r}; choose from {list(SETS)}")
+        self.set_name = set_name
+        self.variant = variant
+
+    def apply(self, resps: Sequence, docs: Sequence[Mapping]) -> list[str]:
+        from cs3_tasks import scoring
+
+        outputs = [model_output(doc, responses) for doc, responses in zip(docs, resps)]
+        records = scoring.score_batch(
+            self.set_name, list(docs), outputs, asr_model=_SETTINGS.get("asr_model"),
+            asr_backend=_SETTINGS.get("asr_backend") or "faster-whisper", judge=judge_config(),
+            progress=True,
+        )
+        by_qid = {r["qid"]: r for r in records}
+        ordered = [by_qid[str(doc["Qid"])] for doc in docs]
+        for record in ordered:
+            record["variant"] = self.variant
+        _RECORDS[(self.variant, self.set_name)] = [compact(r) for r in ordered]
+        return [json.dumps(r, ensure_ascii=False) for r in ordered]
+
+
+def model_output(doc: Mapping, responses: Any):
+    """The scoring module's ModelOutput for one lm-eval response (the first of ``resps``)."""
+    from cs3_tasks.scoring import ModelOutput
+    from cs3_tasks.speech import decode_payload
+
+    qid = str(doc["Qid"])
+    response = responses[0] if isinstance(responses, (list, tuple)) and responses else responses
+    if not isinstance(response, str):
+        return ModelOutput(qid, None, None, problem=f"model returned {type(response).__name__}, not a string")
+    payload = decode_payload(response)
+    problem = payload.problem
+    if problem and payload.text is None and payload.audio is None:
+        return ModelOutput(qid, None, None, problem=problem)  # no output at all: channels "missing"
+    if payload.audio is not None and not Path(payload.audio).is_file():
+        problem = f"speech file not found: {payload.audio}"
+        return ModelOutput(qid, payload.text, None, problem=problem)
+    return ModelOutput(qid, payload.text, payload.audio, problem=problem)
+
+
+def judge_config():
+    """The judge of this run, or None (keyword stage only). See the module docstring."""
+    from cs3_tasks.judge import JudgeConfig
+
+    choice = str(_SETTINGS.get("judge") or "").strip()
+    if choice.lower() in ("none", "no", "false", "0", "off"):
+        return None
+    explicit = {"model": _SETTINGS.get("judge_model"), "base_url": _SETTINGS.get("judge_base_url")}
+    env_set = bool(os.environ.get("CS3_JUDGE_MODEL") or os.environ.get("CS3_JUDGE_BASE_URL"))
+    if not choice and not any(explicit.values()) and not env_set:
+        return None
+    preset = choice if choice and choice.lower() not in ("env", "yes", "true", "1", "on") else None
+    config = JudgeConfig.from_env(preset=preset, **explicit)
+    if hasattr(config, "validate"):
+        config.validate()
+    return config
+
+
+# ---------------------------------------------------------------------------------------------------------
+# per-item results and aggregations
+
+# keys the summaries need; long texts (responses, judge explanations) stay in the filtered response only
+_LONG_TEXT_KEYS = ("text", "transcript")
+
+
+def compact(record: Mapping) -> dict:
+    """The record without its long texts (kept as "" so that "is there a response" still reads right)."""
+    out = {k: v for k, v in record.items() if not k.endswith("_raw")}
+    for key in _LONG_TEXT_KEYS:
+        if out.get(key) is not None:
+            out[key] = ""
+    return out
+
+
+KNOWLEDGE_METRICS = (
+    ["acc_text", "acc_speech"]
+    + [f"acc_{ch}_{c.lower()}" for ch in ("text", "speech") for c in CATEGORIES]
+    + ["psr", "english_wer", "lsa_text", "lsa_speech", "judge_errors", "asr_errors"]
+)
+CS_VS_EN_METRICS = ["drop_text", "drop_speech", "preserve_text", "preserve_speech"]
+OPEN_ENDED_METRICS = [
+    "understanding_text", "understanding_speech", "relevance_text", "relevance_speech",
+    "semantic_text", "semantic_speech", "psr", "english_wer", "lsa_text", "lsa_speech",
+    "judge_errors", "asr_errors",
+]
+_TEXT_ONLY_EXCLUDED = ("speech", "psr", "english_wer", "asr_errors")
+
+
+def metric_names(set_name: str, variant: str = "audio") -> list[str]:
+    """The metrics of a task; the text-input variant has no speech-channel metrics."""
+    names = list(OPEN_ENDED_METRICS if set_name == "open_ended" else KNOWLEDGE_METRICS)
+    if set_name == "knowledge_en":
+        names += CS_VS_EN_METRICS
+    if variant == "text":
+        names = [n for n in names if not any(part in n for part in _TEXT_ONLY_EXCLUDED)]
+    return names
+
+
+def process_results(doc: Mapping, results: Sequence[str]) -> dict[str, dict]:
+    """Every metric of the task gets the item's compact record; the aggregations do the arithmetic."""
+    record = json.loads(results[0])
+    item = compact(record)
+    return {name: item for name in metric_names(record["set"], record.get("variant", "audio"))}
+
+
+_SUMMARY_CACHE: dict[tuple, tuple[list, dict]] = {}
+
+
+def _summary(records: Sequence[Mapping]) -> dict:
+    from cs3_tasks.scoring import summarize
+
+    key = tuple(id(r) for r in records)
+    hit = _SUMMARY_CACHE.get(key)
+    if hit is None:
+        if len(_SUMMARY_CACHE) > 64:
+            _SUMMARY_CACHE.clear()
+        hit = (list(records), summarize(records[0]["set"], list(records)))
+        _SUMMARY_CACHE[key] = hit
+    return hit[1]
+
+
+def _number(value: Any) -> float:
+    """lm-eval wants a float: None (not applicable / no data) becomes NaN, never 0."""
+    return math.nan if value is None else float(value)
+
+
+def _path(summary: Mapping | None, *keys: str) -> Any:
+    node: Any = summary
+    for key in keys:
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(key)
+    return node
+
+
+def _summary_metric(*keys: str) -> Callable[[Sequence[Mapping]], float]:
+    def aggregate(records: Sequence[Mapping]) -> float:
+        return _number(_path(_summary(records), *keys)) if records else math.nan
+
+    aggregate.__name__ = "agg_" + "_".join(keys)
+    return aggregate
+
+
+def _count(*paths: tuple[str, ...]) -> Callable[[Sequence[Mapping]], float]:
+    def aggregate(records: Sequence[Mapping]) -> float:
+        if not records:
+            return math.nan
+        summary = _summary(records)
+        return float(sum(_path(summary, *p) or 0 for p in paths))
+
+    return aggregate
+
+
+def _cs_vs_en(channel: str, key: str) -> Callable[[Sequence[Mapping]], float]:
+    """Drop / preserve rate of the code-switched set vs this English set, when both ran in this run."""
+
+    def aggregate(records: Sequence[Mapping]) -> float:
+        from cs3_tasks.scoring import compare_cs_en
+
+        if not records:
+            return math.nan
+        cs_records = _RECORDS.get((records[0].get("variant", "audio"), "knowledge"))
+        if not cs_records:
+            return math.nan
+        comparison = compare_cs_en(_summary(cs_records), _summary(records))
+        return _number(_path(comparison, channel, key))
+
+    return aggregate
+
+
+agg_acc_text = _summary_metric("text", "accuracy", "value")
+agg_acc_speech = _summary_metric("speech", "accuracy", "value")
+agg_acc_text_acoustic = _summary_metric("text", "by_category", "Acoustic", "value")
+agg_acc_text_semantic = _summary_metric("text", "by_category", "Semantic", "value")
+agg_acc_text_integrated = _summary_metric("text", "by_category", "Integrated", "value")
+agg_acc_speech_acoustic = _summary_metric("speech", "by_category", "Acoustic", "value")
+agg_acc_speech_semantic = _summary_metric("speech", "by_category", "Semantic", "value")
+agg_acc_speech_integrated = _summary_metric("speech", "by_category", "Integrated", "value")
+agg_psr = _summary_metric("psr", "value")
+agg_english_wer = _summary_metric("english_wer", "value")
+agg_lsa_text = _summary_metric("text", "lsa", "value")
+agg_lsa_speech = _summary_metric("speech", "lsa", "value")
+agg_understanding_text = _summary_metric("text", "understanding_rate", "value")
+agg_understanding_speech = _summary_metric("speech", "understanding_rate", "value")
+agg_relevance_text = _summary_metric("text", "mean_relevance", "value")
+agg_relevance_speech = _summary_metric("speech", "mean_relevance", "value")
+agg_semantic_text = _summary_metric("text", "mean_semantic", "value")
+agg_semantic_speech = _summary_metric("speech", "mean_semantic", "value")
+agg_judge_errors = _count(("text", "n_judge_error"), ("speech", "n_judge_error"),
+                          ("text", "n_relevance_error"), ("speech", "n_relevance_error"),
+                          ("text", "n_semantic_error"), ("speech", "n_semantic_error"))
+agg_asr_errors = _count(("n_asr_error",))
+agg_drop_text = _cs_vs_en("text", "drop_abs")
+agg_drop_speech = _cs_vs_en("speech", "drop_abs")
+agg_preserve_text = _cs_vs_en("text", "preserve")
+agg_preserve_speech = _cs_vs_en("speech", "preserve")
+
+LOWER_IS_BETTER = {"english_wer", "judge_errors", "asr_errors", "drop_text", "drop_speech"}

@@ -1,0 +1,208 @@
+"""The cs3 lm-eval tasks, in process: configs, dataset loading, the scoring filter, metrics, Python API.
+
+Text-only responses are used throughout, so no ASR model runs here (the CLI tests cover speech).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+lm_eval = pytest.importorskip("lm_eval")
+
+from cs3_tasks import data, evaluate, lm_eval_hook
+from cs3_tasks.speech import encode_response
+
+TASKS = ("cs3_knowledge", "cs3_knowledge_en", "cs3_open_ended",
+         "cs3_knowledge_text", "cs3_knowledge_en_text", "cs3_open_ended_text")
+DEMO_READY = (data.demo_dataset_dir() / "README.md").is_file()
+needs_demo = pytest.mark.skipif(not DEMO_READY, reason="embedded demo dataset not built")
+
+
+@pytest.fixture(scope="module")
+def utils():
+    """task_configs/utils.py as lm-eval loads it (one module per file path)."""
+    from lm_eval.tasks._yaml_loader import _load_module_with_cache
+
+    return _load_module_with_cache(lm_eval_hook.task_dir() / "utils.py")
+
+
+@pytest.fixture(scope="module")
+def manager():
+    return evaluate.task_manager()
+
+
+def test_task_manager_knows_tasks_and_groups(manager):
+    for name in (*TASKS, "cs3", "cs3_text"):
+        assert name in manager.all_tasks, name
+    assert {"cs3", "cs3_text"} <= set(manager.all_groups)
+
+
+def test_include_path_is_added_once():
+    ours = lm_eval_hook.task_dir()
+    assert lm_eval_hook.with_our_tasks(None) == [ours]
+    assert lm_eval_hook.with_our_tasks(["/x"]) == [ours, "/x"]
+    assert lm_eval_hook.with_our_tasks([str(ours)]) == [str(ours)]
+
+
+def test_yaml_metrics_match_utils(utils):
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    for task in TASKS:
+        config = load_yaml(lm_eval_hook.task_dir() / f"{task}.yaml", resolve_func=False)
+        set_name, variant = evaluate.set_of_task(task)
+        names = [m["metric"] for m in config["metric_list"]]
+        assert names == utils.metric_names(set_name, variant), task
+        for entry in config["metric_list"]:
+            assert "higher_is_better" in entry and "aggregation" in entry
+            assert entry["higher_is_better"] is (entry["metric"] not in utils.LOWER_IS_BETTER)
+        if variant == "text":
+            assert "doc_to_audio" not in config and not any("speech" in n for n in names)
+        else:
+            assert "doc_to_audio" in config
+
+
+def test_query_audio_path(utils, tmp_path, monkeypatch):
+    monkeypatch.setenv("CS3_BENCH_CACHE", str(tmp_path / "cache"))
+    blob = b"RIFF" + bytes(range(64))
+    path = utils.query_audio_path({"bytes": blob, "path": None}, "q-1")
+    assert Path(path).read_bytes() == blob
+    assert Path(path).name == hashlib.sha256(blob).hexdigest() + ".wav"
+    assert utils.query_audio_path({"bytes": blob, "path": "x.flac"}, "q-1").endswith(".flac")
+    own = tmp_path / "own.wav"
+    own.write_bytes(blob)
+    assert utils.query_audio_path({"bytes": None, "path": str(own)}, "q-2") == str(own.resolve())
+    with pytest.raises(ValueError, match="q-3"):
+        utils.query_audio_path({"bytes": None, "path": "/nowhere.wav"}, "q-3")
+
+
+def test_doc_to_audio_is_hashable_by_the_request_cache(utils):
+    from lm_eval.api.model import hash_args
+
+    args = ("instruction", {"until": []}, {"audio": utils.doc_to_audio({"Qid": "q", "audio": "/a.flac"})})
+    assert hash_args("generate_until", args) == hash_args("generate_until", args)
+    with pytest.raises(ValueError, match="q-9"):
+        utils.doc_to_audio({"Qid": "q-9", "audio": None})
+
+
+def test_judge_joins_only_when_configured(utils, monkeypatch):
+    for var in ("CS3_JUDGE_MODEL", "CS3_JUDGE_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(utils, "_SETTINGS", {})
+    assert utils.judge_config() is None
+    monkeypatch.setenv("CS3_JUDGE_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("CS3_JUDGE_MODEL", "local-judge")
+    config = utils.judge_config()
+    assert config is not None and config.model == "local-judge"
+    monkeypatch.setattr(utils, "_SETTINGS", {"judge": "none"})
+    assert utils.judge_config() is None
+
+
+def _docs(set_name: str) -> list[dict]:
+    return [{k: v for k, v in row.items() if k != "audio"} for row in data.load_set(set_name, "demo")]
+
+
+@needs_demo
+def test_filter_records_and_metrics_equal_scoring_summaries(utils, monkeypatch):
+    """lm-eval's numbers are cs3_tasks.scoring's: same records, same summarize()."""
+    from cs3_tasks import scoring
+
+    monkeypatch.setattr(utils, "_SETTINGS", {"judge": "none"})
+    docs = _docs("knowledge")
+    # right answer (Chinese keyword) for even items, a wrong one for odd items; text only
+    resps = [[encode_response(d["Answer_zh"] if i % 2 == 0 else "不知道", None)] for i, d in enumerate(docs)]
+    filtered = utils.ScoreResponses(set_name="knowledge").apply(resps, docs)
+    records = [json.loads(f) for f in filtered]
+    assert [r["qid"] for r in records] == [d["Qid"] for d in docs]
+    per_doc = [utils.process_results(d, [f]) for d, f in zip(docs, filtered)]
+    assert set(per_doc[0]) == set(utils.metric_names("knowledge"))
+    expected = scoring.summarize("knowledge", records)
+    column = {name: [m[name] for m in per_doc] for name in per_doc[0]}
+    assert utils.agg_acc_text(column["acc_text"]) == pytest.approx(expected["text"]["accuracy"]["value"])
+    assert utils.agg_acc_text(column["acc_text"]) == pytest.approx(
+        sum(1 for i in range(len(docs)) if i % 2 == 0) / len(docs))
+    for category in ("Acoustic", "Semantic", "Integrated"):
+        got = getattr(utils, f"agg_acc_text_{category.lower()}")(column[f"acc_text_{category.lower()}"])
+        want = expected["text"]["by_category"].get(category, {}).get("value")
+        assert (math.isnan(got) and want is None) or got == pytest.approx(want)
+    # no speech: not applicable (NaN), never 0
+    for name in ("acc_speech", "acc_speech_acoustic", "lsa_speech", "psr", "english_wer"):
+        assert math.isnan(getattr(utils, f"agg_{name}")(column[name])), name
+    assert utils.agg_judge_errors(column["judge_errors"]) == 0
+    assert utils.agg_lsa_text(column["lsa_text"]) == pytest.approx(expected["text"]["lsa"]["value"])
+
+
+@needs_demo
+def test_missing_output_is_excluded_not_wrong(utils, monkeypatch):
+    monkeypatch.setattr(utils, "_SETTINGS", {"judge": "none"})
+    docs = _docs("knowledge")[:2]
+    resps = [[encode_response(docs[0]["Answer_zh"], None)],
+             [encode_response(None, None, problem="no output for this Qid")]]
+    records = [json.loads(f) for f in utils.ScoreResponses(set_name="knowledge").apply(resps, docs)]
+    assert records[1]["text_correct"] is None and "no output" in records[1]["problem"]
+    assert utils.agg_acc_text([utils.compact(r) for r in records]) == 1.0
+
+
+@needs_demo
+def test_cs_vs_en_drop_uses_the_same_run(utils, monkeypatch):
+    monkeypatch.setattr(utils, "_SETTINGS", {"judge": "none"})
+    cs_docs, en_docs = _docs("knowledge"), _docs("knowledge_en")
+    utils._RECORDS.clear()
+    en = [json.loads(f) for f in utils.ScoreResponses(set_name="knowledge_en").apply(
+        [[d["Answer"]] for d in en_docs], en_docs)]
+    compact_en = [utils.compact(r) for r in en]
+    assert math.isnan(utils.agg_drop_text(compact_en))  # the cs set did not run
+    half = len(cs_docs) // 2
+    utils.ScoreResponses(set_name="knowledge").apply(
+        [[d["Answer_zh"] if i < half else "不知道"] for i, d in enumerate(cs_docs)], cs_docs)
+    assert utils.agg_drop_text(compact_en) == pytest.approx(1 - half / len(cs_docs))
+    assert utils.agg_preserve_text(compact_en) == pytest.approx(half / len(cs_docs))
+    assert math.isnan(utils.agg_drop_speech(compact_en))
+
+
+@needs_demo
+def test_python_api_simple_evaluate_text_only(tmp_path):
+    """The Python API end to end with a text-only model: the text-input variant of one set."""
+    responses = Path(evaluate.DEMO_RESPONSES) / "demo-strong"
+    if not (responses / "knowledge.jsonl").is_file():
+        pytest.skip("demo responses not generated")
+    import cs3_tasks.models.precomputed  # noqa: F401
+
+    results = lm_eval.simple_evaluate(
+        model="cs3-precomputed", model_args={"outputs": str(responses), "text_only": "true"},
+        tasks=["cs3_knowledge_text"], task_manager=evaluate.task_manager(metadata={"dataset": "demo"}),
+        metadata={"dataset": "demo", "judge": "none"}, bootstrap_iters=0, log_samples=True,
+    )
+    metrics = results["results"]["cs3_knowledge_text"]
+    assert 0.5 < metrics["acc_text,cs3"] < 1.0  # demo-strong misses every fifth item
+    assert not any(key.startswith(("acc_speech", "psr")) for key in metrics)
+    records = evaluate.records_from_samples(results["samples"])[("knowledge", "text")]
+    assert len(records) == len(_docs("knowledge")) and all(r["audio"] is None for r in records)
+
+
+def test_demo_responses_are_what_the_script_makes(tmp_path):
+    """The bundled demo responses come from make_responses (texts identical; audio 16 kHz, readable)."""
+    from cs3_tasks.audio import load_audio
+    from cs3_tasks.demo import make_responses
+
+    bundled = Path(evaluate.DEMO_RESPONSES)
+    if not (make_responses.SOURCE_DIR / "cs_knowledge.json").is_file() or not bundled.is_dir():
+        pytest.skip("demo source or responses absent")
+    made = make_responses.make_demo_responses(make_responses.SOURCE_DIR, tmp_path,
+                                              {"demo-weak": make_responses.weak_answer})
+    assert made["demo-weak"] > 0
+    for set_name in data.SETS:
+        ours = (tmp_path / "demo-weak" / f"{set_name}.jsonl").read_text(encoding="utf-8")
+        assert ours == (bundled / "demo-weak" / f"{set_name}.jsonl").read_text(encoding="utf-8"), set_name
+        first = json.loads(ours.splitlines()[0])
+        assert load_audio(bundled / "demo-weak" / first["audio"]).size > 16000 * 0.3
+    strong = {s: [json.loads(x) for x in (bundled / "demo-strong" / f"{s}.jsonl").read_text().splitlines()]
+              for s in data.SETS}
+    assert any("Salt Lake City" in r["text"] or any(c.isascii() and c.isalpha() for c in r["text"])
+               for r in strong["knowledge"])
+    total = sum(f.stat().st_size for f in bundled.rglob("*") if f.is_file())
+    assert total < 10_000_000
