@@ -10,6 +10,8 @@ Public surface, one module per job:
 - ``cs3_tasks.metrics``  the CS3-Bench metrics, pure functions of strings
 - ``cs3_tasks.data``     source validation and dataset loading (Hub, local build, embedded demo)
 - ``cs3_tasks.build``    the dataset build pipeline (TTS -> ASR QC -> parquet + card)
+- ``cs3_tasks.languages`` the language-pair configuration (zh-en, zh->en, ... as YAML)
+- ``cs3_tasks.conversation`` conversation scoring (BELLE zh->en: GPT Score, ASR error rate, off-target)
 - ``cs3_tasks.scoring``  scoring pre-generated outputs; ``cs3_tasks.report`` leaderboards and figures
 """
 

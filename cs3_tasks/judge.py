@@ -569,10 +569,14 @@ def open_ended_prompt(item: OpenEndedItem, aspect: str, language: str = "zh") ->
                          reference=item.reference, response=item.response)
 
 
-def conversation_prompt(item: ConversationItem, language: str = "en", target_language: str = "English") -> str:
+def conversation_prompt(item: ConversationItem, language: str = "en", target_language: str = "English",
+                        template: str | None = None) -> str:
+    """``template``: the prompt text itself (e.g. a language pair's own prompt file); default: the package
+    prompt ``conversation_<language>``."""
     _check_texts(item, ("question", "response"))
-    return render_prompt(load_prompt(f"conversation_{language}"), question=item.question,
-                         reference=item.reference, response=item.response, target_language=target_language)
+    return render_prompt(template if template is not None else load_prompt(f"conversation_{language}"),
+                         question=item.question, reference=item.reference, response=item.response,
+                         target_language=target_language)
 
 
 def judge_knowledge(items: Sequence[KnowledgeItem], config: JudgeConfig, *, language: str = "zh",
@@ -591,9 +595,12 @@ def judge_open_ended(items: Sequence[OpenEndedItem], config: JudgeConfig, *, asp
 
 
 def judge_conversation(items: Sequence[ConversationItem], config: JudgeConfig, *, language: str = "en",
-                       target_language: str = "English", progress: bool = False) -> list[Verdict]:
-    """1-5 helpfulness/correctness score of each response (the "GPT score" of spoken conversation)."""
-    prompts = [conversation_prompt(item, language, target_language) for item in items]
+                       target_language: str = "English", progress: bool = False,
+                       template: str | None = None) -> list[Verdict]:
+    """1-5 helpfulness/correctness score of each response (the "GPT score" of spoken conversation).
+
+    ``template`` overrides the package prompt (a language pair's ``prompts.conversation``)."""
+    prompts = [conversation_prompt(item, language, target_language, template) for item in items]
     return ask_batch(prompts, parse_score, config, progress=progress, desc="judge conversation")
 
 

@@ -9,6 +9,7 @@ Per-item metrics
   english_wer / mixed_error_rate                WER over English words / over CJK chars + English words
   character_error_rate                          CER of Chinese text (dataset QC, ASR measurement)
   language_selected                             LSA: is the dominant language the expected one
+  off_target                                    is the response not in the expected language
 Aggregates
   rate / understanding_rate / mean_score / pronunciation_success_rate   value, n, excluded, 95% CI
   bootstrap_ci / ratio_bootstrap_ci             percentile bootstrap of a mean / of a ratio of sums
@@ -20,6 +21,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,8 +31,14 @@ from cs3_tasks.text import (
     mixed_tokens,
     normalize_keyword,
     normalize_zh,
+    response_language,
     split_middle_dot,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cs3_tasks.languages import LanguagePair
+
+# Language-dependent metrics take an optional `pair` (a LanguagePair or its name); None = CS3's zh-en.
 
 LANGUAGES = ("zh", "en")
 UNDERSTOOD_ABOVE = 3  # open-ended: an item is "understood" when its relevance score is > 3 (i.e. 4 or 5)
@@ -80,7 +88,8 @@ def english_keyword_hit(response: str, answer: str) -> bool:
 # --- speech-channel fidelity ---------------------------------------------------------------------------
 
 
-def pronunciation_counts(text_response: str, transcript: str) -> tuple[int, int]:
+def pronunciation_counts(text_response: str, transcript: str,
+                         pair: LanguagePair | str | None = None) -> tuple[int, int]:
     """PSR parts: (recognised, total) English words of the text response.
 
     total = number of English words in the text response; recognised = count-aware bag-of-words overlap
@@ -88,8 +97,8 @@ def pronunciation_counts(text_response: str, transcript: str) -> tuple[int, int]
     so a word said once but written twice counts once. Words as in `text.english_words` (Whisper English
     normaliser). Items with total 0 have no PSR: the caller excludes (and counts) them.
     """
-    written = Counter(english_words(text_response or ""))
-    heard = Counter(english_words(transcript or ""))
+    written = Counter(english_words(text_response or "", pair))
+    heard = Counter(english_words(transcript or "", pair))
     recognised = sum(min(count, heard[word]) for word, count in written.items())
     return recognised, sum(written.values())
 
@@ -101,32 +110,53 @@ def _token_error_rate(reference: list[str], hypothesis: list[str]) -> float:
     return float(jiwer.wer(" ".join(reference), " ".join(hypothesis)))
 
 
-def english_wer(text_response: str, transcript: str) -> float | None:
+def english_wer(text_response: str, transcript: str,
+                pair: LanguagePair | str | None = None) -> float | None:
     """WER (jiwer) of the transcript's English-word sequence against the text response's.
 
     Reference = `english_words(text_response)`, hypothesis = `english_words(transcript)`, so Chinese in
     either is ignored. None when the text response has no English words. Can exceed 1 (insertions).
     """
-    reference = english_words(text_response or "")
+    reference = english_words(text_response or "", pair)
     if not reference:
         return None
-    return _token_error_rate(reference, english_words(transcript or ""))
+    return _token_error_rate(reference, english_words(transcript or "", pair))
 
 
-def mixed_error_rate(text_response: str, transcript: str) -> float | None:
+def mixed_error_rate(text_response: str, transcript: str,
+                     pair: LanguagePair | str | None = None) -> float | None:
     """Mixed error rate: WER (jiwer) over mixed tokens, each CJK character, English word and number a token.
 
     Reference = `mixed_tokens(text_response)`, hypothesis = `mixed_tokens(transcript)`. None when the text
     response has no tokens.
     """
-    reference = mixed_tokens(text_response or "")
+    reference = mixed_tokens(text_response or "", pair)
     if not reference:
         return None
-    return _token_error_rate(reference, mixed_tokens(transcript or ""))
+    return _token_error_rate(reference, mixed_tokens(transcript or "", pair))
 
 
-def _cer_form(text: str) -> str:
-    return "".join(normalize_zh(text or "").split())
+def corpus_mixed_error_rate(text_responses: Sequence[str], transcripts: Sequence[str],
+                            pair: LanguagePair | str | None = None) -> float | None:
+    """Corpus form of `mixed_error_rate`: total token edits / total reference tokens over all pairs (jiwer
+    over lists). Pairs whose text response has no tokens are skipped; None when none is left."""
+    import jiwer
+
+    if len(text_responses) != len(transcripts):
+        raise ValueError(f"{len(text_responses)} text responses but {len(transcripts)} transcripts")
+    references, hypotheses = [], []
+    for text_response, transcript in zip(text_responses, transcripts):
+        reference = mixed_tokens(text_response or "", pair)
+        if reference:
+            references.append(" ".join(reference))
+            hypotheses.append(" ".join(mixed_tokens(transcript or "", pair)))
+    if not references:
+        return None
+    return float(jiwer.wer(references, hypotheses))
+
+
+def _cer_form(text: str, pair: LanguagePair | str | None = None) -> str:
+    return "".join(normalize_zh(text or "", pair).split())
 
 
 def _char_edits(reference: str, hypothesis: str) -> int:
@@ -140,13 +170,14 @@ def _char_edits(reference: str, hypothesis: str) -> int:
     return out.substitutions + out.deletions + out.insertions
 
 
-def character_error_rate(reference: str, hypothesis: str) -> float:
+def character_error_rate(reference: str, hypothesis: str,
+                         pair: LanguagePair | str | None = None) -> float:
     """CER of Chinese (or mixed) text: character edit distance / reference length after `normalize_zh`.
 
     Whitespace is removed after normalisation, so every remaining character (CJK, Latin letter, digit) is a
     unit. Empty normalised reference: 0.0 if the hypothesis is empty too, else 1.0 (all insertions, capped).
     """
-    ref, hyp = _cer_form(reference), _cer_form(hypothesis)
+    ref, hyp = _cer_form(reference, pair), _cer_form(hypothesis, pair)
     if not ref:
         return 0.0 if not hyp else 1.0
     return _char_edits(ref, hyp) / len(ref)
@@ -173,18 +204,44 @@ def corpus_character_error_rate(references: Sequence[str], hypotheses: Sequence[
 # --- language selection ---------------------------------------------------------------------------------
 
 
-def language_selected(response: str, expected: str) -> bool | None:
+def _check_expected(expected: str, pair: LanguagePair | str | None) -> None:
+    if pair is None:
+        languages = LANGUAGES
+    else:
+        from cs3_tasks.languages import load_pair
+
+        languages = load_pair(pair).languages
+    if expected not in languages:
+        raise ValueError(f"expected language must be one of {languages}, got {expected!r}")
+
+
+def language_selected(response: str, expected: str,
+                      pair: LanguagePair | str | None = None) -> bool | None:
     """LSA per item: True when `text.dominant_language(response)` equals `expected` ("zh" or "en").
 
     A "mixed" response (exact tie) is not a selection of the expected language: False. None when the response
-    has no CJK characters and no English words ("none"): excluded from the rate.
+    has no CJK characters and no English words ("none"): excluded from the rate. With a ``pair``, its two
+    language codes and its dominance rule.
     """
-    if expected not in LANGUAGES:
-        raise ValueError(f"expected language must be one of {LANGUAGES}, got {expected!r}")
-    dominant = dominant_language(response or "")
+    _check_expected(expected, pair)
+    dominant = dominant_language(response or "", pair)
     if dominant == "none":
         return None
     return dominant == expected
+
+
+def off_target(response: str, expected: str, pair: LanguagePair | str | None = None) -> bool | None:
+    """Off-target per item: True when the response's language (`text.response_language`) is not `expected`.
+
+    Off target: the other language of the pair dominates, an exact tie ("mixed"), or letters of neither
+    language ("other", e.g. a kana answer to a zh->en question). None (excluded) when the response has no
+    letters at all (empty, only digits or punctuation).
+    """
+    _check_expected(expected, pair)
+    language = response_language(response or "", pair)
+    if language == "none":
+        return None
+    return language != expected
 
 
 # --- aggregates -------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Normalisation and zh/en language tagging of mixed Mandarin-English text.
+"""Normalisation and language tagging of mixed text (Mandarin-English by default; any language pair).
 
 Every comparison in the benchmark (keyword matching, PSR, WER, MER, CER, language selection) goes through
 this module, so that a model's text response and the ASR transcript of its speech are seen the same way.
@@ -19,6 +19,14 @@ Definitions used throughout:
   `segments`, are kept as tokens in `mixed_tokens`, and count for neither language in
   `dominant_language`. Chinese numerals (二十一) are CJK characters like any other.
 * Anything else (punctuation, symbols, emoji, other scripts such as kana, hangul or Cyrillic) is dropped.
+
+Language pairs: every function that depends on the languages takes an optional ``pair`` (a
+`cs3_tasks.languages.LanguagePair` or its name). Without one it behaves as the ``zh-en`` pair of CS3-Bench
+(``cs3_tasks/languages/zh-en.yaml``), exactly as described above. With another pair, "CJK character" reads
+"character of the pair's matrix script" (for ``tokens: word`` pairs such as Korean, a whitespace word of
+that script is one token and spaces are kept), "English word" reads "word of the embedded language" (Latin
+script, the pair's embedded normaliser), the matrix normalisers (OpenCC t2s or none) come from the pair,
+and the language tags are the pair's language codes.
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     import opencc
+
+    from cs3_tasks.languages import LanguagePair
 
 # Han ideographs: 〇, Extension A, URO, compatibility ideographs, and the supplementary planes (Ext. B-H,
 # compatibility supplement). Kangxi radicals need no range: NFKC maps them to URO ideographs.
@@ -55,6 +65,7 @@ MIDDLE_DOTS = "\u00b7\u2022\u30fb\u2027\u2219\u22c5\uff65\u0387\u16eb\u2e31"
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\uff07": "'", "`": "'"})
 
 _converter: opencc.OpenCC | None = None
+_basic_normalizer = None
 _converter_lock = threading.Lock()
 _en_normalizer = None
 _en_normalizer_lock = threading.Lock()
@@ -84,6 +95,64 @@ def _whisper_normalizer():
     return _en_normalizer
 
 
+class _PairSpec:
+    """The compiled, text-relevant settings of one language pair."""
+
+    def __init__(self, pair: LanguagePair):
+        self.matrix, self.embedded = pair.matrix, pair.embedded
+        self.char = re.compile(f"[{pair.script_class}]")
+        self.run = re.compile(f"([{pair.script_class}]+)")
+        self.word_tokens = pair.tokens == "word"
+        # Chinese/Japanese: whitespace next to a script character is noise (ASR inserts it at random);
+        # Korean/Hindi: it separates words and is kept.
+        self.space_next = None if self.word_tokens else re.compile(
+            f"(?<=[{pair.script_class}])\\s+|\\s+(?=[{pair.script_class}])")
+        self.t2s = "t2s" in pair.normalizers
+        self.embedded_normalizer = pair.embedded_normalizer
+        self.weight = pair.embedded_word_weight
+
+
+_SPECS: dict[tuple, _PairSpec] = {}
+_DEFAULT_SPEC: _PairSpec | None = None
+_specs_lock = threading.Lock()
+
+
+def _spec(pair: LanguagePair | str | None) -> _PairSpec:
+    """Compiled settings of ``pair`` (None: the default zh-en pair, read once from its YAML)."""
+    global _DEFAULT_SPEC
+    if pair is None:
+        if _DEFAULT_SPEC is None:
+            from cs3_tasks.languages import default_pair
+
+            spec = _PairSpec(default_pair())
+            with _specs_lock:
+                _DEFAULT_SPEC = spec
+        return _DEFAULT_SPEC
+    if isinstance(pair, str):
+        from cs3_tasks.languages import load_pair
+
+        pair = load_pair(pair)
+    key = (pair.matrix, pair.embedded, pair.script_class, pair.tokens, tuple(pair.normalizers),
+           pair.embedded_normalizer, pair.embedded_word_weight)
+    spec = _SPECS.get(key)
+    if spec is None:
+        spec = _PairSpec(pair)
+        with _specs_lock:
+            _SPECS[key] = spec
+    return spec
+
+
+def _basic_whisper_normalizer():
+    global _basic_normalizer
+    if _basic_normalizer is None:
+        with _en_normalizer_lock:
+            if _basic_normalizer is None:
+                from whisper.normalizers import BasicTextNormalizer
+
+                _basic_normalizer = BasicTextNormalizer(remove_diacritics=True)
+    return _basic_normalizer
+
+
 def is_cjk(char: str) -> bool:
     """True for a single Han ideograph (see CJK_CLASS)."""
     return bool(_CJK_CHAR.fullmatch(char))
@@ -98,94 +167,128 @@ def to_simplified(text: str) -> str:
     return _opencc().convert(text)
 
 
-def _width_and_script(text: str) -> str:
-    """NFKC (full-width -> half-width, compatibility forms) then traditional -> simplified."""
-    return to_simplified(unicodedata.normalize("NFKC", text))
+def _width_and_script(text: str, spec: _PairSpec | None = None) -> str:
+    """NFKC (full-width -> half-width, compatibility forms) then the pair's normalisers (zh: t2s)."""
+    text = unicodedata.normalize("NFKC", text)
+    return to_simplified(text) if (spec or _spec(None)).t2s else text
 
 
-def _drop_space_next_to_cjk(text: str) -> str:
-    return _SPACES.sub(" ", _SPACE_NEXT_TO_CJK.sub("", text)).strip()
+def _drop_space_next_to_cjk(text: str, spec: _PairSpec | None = None) -> str:
+    spec = spec or _spec(None)
+    if spec.space_next is not None:
+        text = spec.space_next.sub("", text)
+    return _SPACES.sub(" ", text).strip()
 
 
-def normalize_zh(text: str) -> str:
+def normalize_zh(text: str, pair: LanguagePair | str | None = None) -> str:
     """Normalised form of (mostly Chinese) text for character-level comparison.
 
     NFKC (full-width -> half-width), OpenCC t2s, lowercase; punctuation, symbols, control characters and
     middle dots (· • ・ ‧) become spaces, apostrophes are dropped ("it's" -> "its"), a decimal point
     between digits is kept and a comma between digits removed; whitespace next to a CJK character is removed and other runs of
     whitespace collapse to one space (so English words stay separated). No number or spelling rewriting.
+    With a ``pair``: its script, its normalisers, and spaces kept between words of ``tokens: word`` scripts.
     """
-    text = _width_and_script(text.replace("\x00", " ")).lower().translate(_APOSTROPHES)
+    spec = _spec(pair)
+    text = _width_and_script(text.replace("\x00", " "), spec).lower().translate(_APOSTROPHES)
     text = _DIGIT_GROUP_COMMA.sub("", text)  # 1,000 -> 1000
     text = _DECIMAL_POINT.sub("\x00", text)  # protect 3.5 from the punctuation pass
     text = "".join(
         "" if c == "'" else " " if c != "\x00" and unicodedata.category(c)[0] in "PSCZ" else c for c in text
     )
-    return _drop_space_next_to_cjk(text.replace("\x00", "."))
+    return _drop_space_next_to_cjk(text.replace("\x00", "."), spec)
+
+
+def normalize_matrix(text: str, pair: LanguagePair | str | None = None) -> str:
+    """`normalize_zh` under its general name: normalised text of the pair's matrix language."""
+    return normalize_zh(text, pair)
 
 
 @functools.lru_cache(maxsize=65536)
-def _normalize_en_span(span: str) -> str:
+def _normalize_en_span(span: str, normalizer: str = "whisper_english") -> str:
     span = _BRACKETS.sub(" ", span.translate(_APOSTROPHES))
     span = "".join(" " if unicodedata.category(c)[0] == "C" else c for c in span)  # controls, unassigned
+    if normalizer == "whisper_basic":  # non-English embedded language: no English spelling/number rules
+        return _SPACES.sub(" ", _basic_whisper_normalizer()(span).lower()).strip()
     return _SPACES.sub(" ", _whisper_normalizer()(span)).strip()
 
 
-def normalize_en(text: str) -> str:
+def normalize_en(text: str, pair: LanguagePair | str | None = None) -> str:
     """Whisper's EnglishTextNormalizer, made safe for mixed text.
 
     Brackets become spaces first (the Whisper normaliser would delete bracketed words) and curly apostrophes
     become straight ones (so contractions are expanded). CJK runs are passed through untouched and the
     normaliser is applied to each non-CJK span on its own; CJK is converted to simplified. Output: lowercase,
-    single-spaced, no whitespace next to CJK.
+    single-spaced, no whitespace next to CJK. With a ``pair``: its script and its embedded normaliser.
     """
-    text = _width_and_script(text)
+    spec = _spec(pair)
+    text = _width_and_script(text, spec)
     pieces = []
-    for piece in _CJK_RUN.split(text):
+    for piece in spec.run.split(text):
         if not piece:
             continue
-        pieces.append(piece if _CJK_CHAR.match(piece) else _normalize_en_span(piece))
-    return _drop_space_next_to_cjk(" ".join(pieces))
+        is_matrix = spec.char.match(piece)
+        pieces.append(piece if is_matrix else _normalize_en_span(piece, spec.embedded_normalizer))
+    return _drop_space_next_to_cjk(" ".join(pieces), spec)
 
 
-def segments(text: str) -> list[tuple[str, str]]:
+def segments(text: str, pair: LanguagePair | str | None = None) -> list[tuple[str, str]]:
     """Ordered language-tagged pieces of normalised text.
 
     ("zh", run) for each maximal run of consecutive simplified CJK characters (punctuation or any other
     non-CJK character ends a run), ("en", word) for each English word, and ("num", token) for each number
     token (digits without Latin letters, e.g. "21", "3.5", "50%"). Everything else is dropped.
+    With a ``pair`` the tags are its language codes (matrix run, embedded word) and "num".
     """
-    text = _width_and_script(text)
+    spec = _spec(pair)
+    text = _width_and_script(text, spec)
     out: list[tuple[str, str]] = []
-    for piece in _CJK_RUN.split(text):
+    for piece in spec.run.split(text):
         if not piece:
             continue
-        if _CJK_CHAR.match(piece):
-            out.append(("zh", piece))
+        if spec.char.match(piece):
+            out.append((spec.matrix, piece))
             continue
-        for token in _normalize_en_span(piece).split():
+        for token in _normalize_en_span(piece, spec.embedded_normalizer).split():
             if _LATIN_LETTER.search(token):
-                out.append(("en", token))
+                out.append((spec.embedded, token))
             elif _DIGIT.search(token):
                 out.append(("num", token))
     return out
 
 
-def english_words(text: str) -> list[str]:
-    """Normalised lowercase English words, in order (numbers and CJK excluded)."""
-    return [piece for tag, piece in segments(text) if tag == "en"]
+def english_words(text: str, pair: LanguagePair | str | None = None) -> list[str]:
+    """Normalised lowercase English (embedded-language) words, in order (numbers and CJK excluded)."""
+    spec = _spec(pair)
+    return [piece for tag, piece in segments(text, pair) if tag == spec.embedded]
 
 
-def cjk_chars(text: str) -> list[str]:
-    """Simplified CJK characters, in order."""
-    return _CJK_CHAR.findall(_width_and_script(text))
+embedded_words = english_words  # the general name, for pairs whose embedded language is not English
 
 
-def mixed_tokens(text: str) -> list[str]:
-    """Tokens for the mixed error rate, in order: each CJK character, each English word, each number."""
+def cjk_chars(text: str, pair: LanguagePair | str | None = None) -> list[str]:
+    """Simplified CJK characters (characters of the pair's matrix script), in order."""
+    spec = _spec(pair)
+    return spec.char.findall(_width_and_script(text, spec))
+
+
+def matrix_tokens(text: str, pair: LanguagePair | str | None = None) -> list[str]:
+    """Tokens of the matrix language, in order: characters (``tokens: char``, zh) or words (``word``)."""
+    spec = _spec(pair)
+    if not spec.word_tokens:
+        return cjk_chars(text, pair)
+    return [piece for tag, piece in segments(text, pair) if tag == spec.matrix]
+
+
+def mixed_tokens(text: str, pair: LanguagePair | str | None = None) -> list[str]:
+    """Tokens for the mixed error rate, in order: each CJK character, each English word, each number.
+
+    With a ``tokens: word`` pair, a matrix-script word (not each character) is one token.
+    """
+    spec = _spec(pair)
     tokens: list[str] = []
-    for tag, piece in segments(text):
-        tokens.extend(piece if tag == "zh" else [piece])
+    for tag, piece in segments(text, pair):
+        tokens.extend(piece if tag == spec.matrix and not spec.word_tokens else [piece])
     return tokens
 
 
@@ -206,23 +309,38 @@ def raw_english_word_count(text: str) -> int:
 ENGLISH_WORD_WEIGHT = Fraction(3, 2)
 
 
-def dominant_language(text: str) -> str:
+def dominant_language(text: str, pair: LanguagePair | str | None = None) -> str:
     """Dominant language: "zh", "en", "mixed" (exact tie) or "none" (no CJK characters, no English words).
 
     Rule: compare C = number of CJK characters with 1.5 x W, W = number of English words as written
     (`raw_english_word_count`); "zh" if C > 1.5 W, "en" if 1.5 W > C, "mixed" if equal and non-zero.
     Numbers, punctuation and other scripts count for neither language.
+
+    With a ``pair``: C = number of matrix tokens (`matrix_tokens`), the weight is the pair's
+    ``embedded_word_weight`` (zh-en: 3/2), and the answer is the pair's matrix or embedded language code.
     """
-    chars = len(cjk_chars(text))
-    words = raw_english_word_count(text)
-    zh_weight, en_weight = chars, ENGLISH_WORD_WEIGHT * words
-    if zh_weight == 0 and en_weight == 0:
+    spec = _spec(pair)
+    matrix_weight = len(matrix_tokens(text, pair))
+    embedded_weight = spec.weight * raw_english_word_count(text)
+    if matrix_weight == 0 and embedded_weight == 0:
         return "none"
-    if zh_weight > en_weight:
-        return "zh"
-    if en_weight > zh_weight:
-        return "en"
+    if matrix_weight > embedded_weight:
+        return spec.matrix
+    if embedded_weight > matrix_weight:
+        return spec.embedded
     return "mixed"
+
+
+def response_language(text: str, pair: LanguagePair | str | None = None) -> str:
+    """`dominant_language`, except that a text with letters but none of the pair's two languages (e.g.
+    a Japanese-kana or Cyrillic answer to a zh-en question) is "other" instead of "none".
+
+    "none" then only means: no letters at all (empty, digits, punctuation, emoji).
+    """
+    dominant = dominant_language(text, pair)
+    if dominant == "none" and any(unicodedata.category(c).startswith("L") for c in text or ""):
+        return "other"
+    return dominant
 
 
 def normalize_keyword(text: str) -> str:

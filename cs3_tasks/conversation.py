@@ -1,0 +1,386 @@
+"""Spoken-conversation scoring (BELLE-eval-S2S style) for any language pair.
+
+A spoken query goes in; the model answers in text and in speech, in the pair's expected response language
+(``belle_s2s_zh2en``: Mandarin query, English answer). Per item and per channel (``text`` = the text
+response, ``speech`` = the ASR transcript of the speech response):
+
+* **GPT Score**: the LLM judge's 1-5 score of helpfulness and correctness for the question, in the
+  target language (``judge.judge_conversation`` with the pair's ``prompts.conversation`` template);
+* **Off-target**: the response's language (`text.response_language` under the pair) is not the expected
+  one (`metrics.off_target`);
+* **ASR Error Rate** (both channels together): `metrics.mixed_error_rate` of the transcript against the
+  text response, tokens = matrix-script characters (or words), embedded-language words and numbers after
+  normalisation (for an English answer: the WER over normalised words).
+
+Everything language-specific comes from the `LanguagePair`; the arithmetic is `cs3_tasks.metrics`, the ASR
+`cs3_tasks.asr`, the judge `cs3_tasks.judge`: nothing here re-implements a metric. Failures are recorded per
+item (``asr_error``, ``{ch}_gpt_score_error``) and excluded from the rates with their count, never scored.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cs3_tasks.judge import JudgeConfig
+    from cs3_tasks.languages import LanguagePair
+    from cs3_tasks.scoring import ModelOutput
+
+CHANNELS = ("text", "speech")
+BELLE_SET = "belle_eval_s2s"
+BELLE_PAIR = "zh2en"
+# Paper-reported GPT Score (T) on BELLE-eval-S2S, Chinese-to-English (for the README table; not measured here).
+PAPER_GPT_SCORE_TEXT = {"CSLM": 3.53, "GLM-4-Voice": 1.2}
+
+
+def doc_id(doc: Mapping) -> str:
+    """The item id of a conversation doc (``id``; ``Qid`` accepted too)."""
+    value = doc.get("id", doc.get("Qid"))
+    if value is None or str(value).strip() == "":
+        raise ValueError(f"conversation doc without an id: {dict(doc)!r:.200}")
+    return str(value)
+
+
+def _blank_record(
+    set_name: str, pair: LanguagePair, qid: str, question: str | None, problem: str | None
+) -> dict:
+    record: dict[str, Any] = {
+        "qid": qid,
+        "set": set_name,
+        "pair": pair.name,
+        "pair_source": str(pair.source) if pair.source else None,
+        "problem": problem,
+        "question": question,
+        "text": None,
+        "audio": None,
+        "transcript": None,
+        "asr_language": None,
+        "asr_error": None,
+        "asr_language_hint": pair.asr_language_of(set_name),
+        "expected_language": pair.response_language_of(set_name),
+        "asr_error_rate": None,
+    }
+    for ch in CHANNELS:
+        record.update(
+            {
+                f"{ch}_language": None,
+                f"{ch}_off_target": None,
+                f"{ch}_gpt_score": None,
+                f"{ch}_gpt_score_raw": None,
+                f"{ch}_gpt_score_error": None,
+            }
+        )
+    return record
+
+
+def score_conversation(
+    set_name: str,
+    docs: Sequence[Mapping],
+    outputs: Sequence[ModelOutput],
+    pair: LanguagePair | str | None = None,
+    *,
+    asr_model: str | None = None,
+    asr_backend: str = "faster-whisper",
+    judge: JudgeConfig | None = None,
+    progress: bool = True,
+) -> list[dict]:
+    """Per-item records of one conversation set: one per doc (in order), then one per unknown id.
+
+    A doc without output gets problem "no output for this id" and no values. ``judge=None`` leaves the
+    GPT scores None (``--no-judge``: off-target and ASR error rate are still computed).
+    """
+    from cs3_tasks import judge as judge_module
+    from cs3_tasks import metrics, text
+    from cs3_tasks.languages import load_pair
+    from cs3_tasks.scoring import _audio_label
+
+    pair = load_pair(pair)
+    expected = pair.response_language_of(set_name)
+    by_id: dict[str, ModelOutput] = {}
+    for output in outputs:
+        by_id.setdefault(str(output.qid), output)
+    records: list[dict] = []
+    pairs: list[tuple[Mapping | None, ModelOutput | None]] = []
+    ids = set()
+    for doc in docs:
+        qid = doc_id(doc)
+        ids.add(qid)
+        output = by_id.get(qid)
+        problem = output.problem if output is not None else "no output for this id"
+        records.append(_blank_record(set_name, pair, qid, doc.get("text"), problem))
+        pairs.append((doc, output))
+    for qid, output in by_id.items():
+        if qid not in ids:
+            problem = "; ".join(
+                p for p in (f"unknown id: {qid} is not in the {set_name} dataset", output.problem) if p
+            )
+            records.append(_blank_record(set_name, pair, qid, None, problem))
+            pairs.append((None, output))
+    for record, (doc, output) in zip(records, pairs):
+        if output is not None and doc is not None:
+            record["text"], record["audio"] = output.text, _audio_label(output.audio)
+
+    # speech channel: one batched ASR call, with the pair's language hint
+    speech = [
+        i
+        for i, (doc, output) in enumerate(pairs)
+        if doc is not None and output is not None and output.audio is not None
+    ]
+    if speech:
+        from cs3_tasks.asr import transcribe_batch
+
+        transcripts = transcribe_batch(
+            [pairs[i][1].audio for i in speech],
+            language=pair.asr_language_of(set_name),
+            model=asr_model,
+            backend=asr_backend,
+            progress=progress,
+        )
+        for i, heard in zip(speech, transcripts):
+            if heard.error:
+                records[i]["asr_error"] = heard.error
+                records[i]["problem"] = "; ".join(
+                    p for p in (records[i]["problem"], f"ASR failed: {heard.error}") if p
+                )
+            else:
+                records[i]["transcript"], records[i]["asr_language"] = heard.text, heard.language
+
+    for record in records:
+        for ch, response in (("text", record["text"]), ("speech", record["transcript"])):
+            if response is not None:
+                record[f"{ch}_language"] = text.response_language(response, pair)
+                record[f"{ch}_off_target"] = metrics.off_target(response, expected, pair)
+        if record["text"] is not None and record["transcript"] is not None:
+            record["asr_error_rate"] = metrics.mixed_error_rate(record["text"], record["transcript"], pair)
+
+    if judge is not None:
+        jobs = [
+            (i, ch)
+            for i, (doc, _) in enumerate(pairs)
+            if doc is not None
+            for ch in CHANNELS
+            if records[i]["text" if ch == "text" else "transcript"] is not None
+        ]
+        items = [
+            judge_module.ConversationItem(
+                question=records[i]["question"] or "",
+                response=records[i]["text" if ch == "text" else "transcript"],
+                reference=pairs[i][0].get("reference") or None,
+                qid=records[i]["qid"],
+            )
+            for i, ch in jobs
+        ]
+        verdicts = judge_module.judge_conversation(
+            items,
+            judge,
+            target_language=pair.language_name(expected),
+            template=pair.prompt_template("conversation"),
+            progress=progress,
+        )
+        for (i, ch), verdict in zip(jobs, verdicts):
+            records[i][f"{ch}_gpt_score_raw"] = verdict.raw
+            if verdict.error or verdict.value is None:
+                records[i][f"{ch}_gpt_score_error"] = verdict.error or "judge_error: no score"
+            else:
+                records[i][f"{ch}_gpt_score"] = int(verdict.value)
+    return records
+
+
+def _channel_summary(records: Sequence[dict], ch: str) -> dict | None:
+    from cs3_tasks import metrics
+
+    applicable = [r for r in records if (r["text"] if ch == "text" else r["audio"]) is not None]
+    if not applicable:
+        return None  # e.g. a text-only model's speech channel: not applicable, never 0
+    scores = [r[f"{ch}_gpt_score"] for r in applicable]
+    return {
+        "gpt_score": metrics.mean_score(scores),
+        "off_target": metrics.rate([r[f"{ch}_off_target"] for r in applicable]),
+        "n_judge_error": sum(1 for r in applicable if r[f"{ch}_gpt_score_error"]),
+        "n_unjudged": sum(
+            1 for r in applicable if r[f"{ch}_gpt_score"] is None and not r[f"{ch}_gpt_score_error"]
+        ),
+        "language_counts": dict(Counter(r[f"{ch}_language"] for r in applicable if r[f"{ch}_language"])),
+    }
+
+
+def summarize_conversation(records: Sequence[dict]) -> dict:
+    """Headline values with 95% bootstrap CIs and the counts needed to audit them.
+
+    ``text``/``speech``: GPT Score (mean of the judged items; judge errors and unjudged items excluded and
+    counted), Off-Target Rate (share of responses not in the expected language; responses without letters
+    excluded); ``asr_error_rate``: mean of the per-item ASR error rates (and the corpus rate, total token
+    edits / total tokens). A channel without any response is None (not applicable).
+    """
+    from cs3_tasks import metrics
+
+    scorable = [r for r in records if not (r["problem"] or "").startswith("unknown id")]
+    both = [r for r in scorable if r["text"] is not None and r["transcript"] is not None]
+    first = scorable[0] if scorable else (records[0] if records else {})
+    return {
+        "set": first.get("set"),
+        "pair": first.get("pair"),
+        "expected_language": first.get("expected_language"),
+        "asr_language_hint": first.get("asr_language_hint"),
+        "n_records": len(records),
+        "n_items": len(scorable),
+        "n_unknown_id": len(records) - len(scorable),
+        "n_no_output": sum(1 for r in scorable if r["text"] is None and r["audio"] is None),
+        "n_problems": sum(1 for r in records if r["problem"]),
+        "n_asr_error": sum(1 for r in records if r["asr_error"]),
+        "text": _channel_summary(scorable, "text"),
+        "speech": _channel_summary(scorable, "speech"),
+        "asr_error_rate": metrics.mean_score(
+            [r["asr_error_rate"] for r in both if r["asr_error_rate"] is not None]
+        ),
+        "asr_error_rate_corpus": metrics.corpus_mixed_error_rate(
+            [r["text"] for r in both], [r["transcript"] for r in both], _pair_of(first)
+        )
+        if both
+        else None,
+    }
+
+
+def _pair_of(record: Mapping) -> LanguagePair:
+    from cs3_tasks.languages import load_pair
+
+    source = record.get("pair_source")
+    return load_pair(source if source and Path(source).is_file() else record.get("pair"))
+
+
+def _fmt(entry: Mapping | None, percent: bool = False) -> str:
+    if not entry or entry.get("value") is None:
+        return "n/a"
+    value, low, high = entry["value"], entry.get("ci_low"), entry.get("ci_high")
+    if percent:
+        return f"{100 * value:.1f}%" + (f" [{100 * low:.1f}, {100 * high:.1f}]" if low is not None else "")
+    return f"{value:.3f}" + (f" [{low:.3f}, {high:.3f}]" if low is not None else "")
+
+
+def summary_markdown(summary: Mapping, model: str = "model") -> str:
+    """A markdown table of `summarize_conversation` output (95% CIs in brackets)."""
+    lines = [
+        (
+            f"# {model}: {summary.get('set')} (pair {summary.get('pair')}, expected response language "
+            f"{summary.get('expected_language')})"
+        ),
+        "",
+        (
+            f"items: {summary['n_items']}, no output: {summary['n_no_output']}, unknown ids: "
+            f"{summary['n_unknown_id']}, ASR errors: {summary['n_asr_error']}"
+        ),
+        "",
+        "| channel | GPT Score (1-5) | n judged | judge errors | unjudged | Off-Target Rate |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for ch, label in (("text", "T"), ("speech", "S")):
+        s = summary.get(ch)
+        if s is None:
+            lines.append(f"| {label} | n/a | 0 | | | n/a |")
+            continue
+        lines.append(
+            f"| {label} | {_fmt(s['gpt_score'])} | {s['gpt_score']['n']} | {s['n_judge_error']} | "
+            f"{s['n_unjudged']} | {_fmt(s['off_target'], percent=True)} |"
+        )
+    corpus = summary.get("asr_error_rate_corpus")
+    lines += [
+        "",
+        (
+            f"ASR Error Rate (speech vs text response): {_fmt(summary['asr_error_rate'], percent=True)} "
+            f"mean per item; corpus {'n/a' if corpus is None else f'{100 * corpus:.1f}%'}"
+        ),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# command line: python -m cs3_tasks.conversation --outputs DIR --out DIR (scoring without lm-eval)
+
+
+def add_arguments(parser) -> None:
+    from cs3_tasks import judge
+
+    parser.add_argument(
+        "--outputs",
+        required=True,
+        type=Path,
+        help="outputs dir: <set>.jsonl ({Qid, text, audio}) or json/<set>.json + wav/<Qid>.wav",
+    )
+    parser.add_argument(
+        "--set", default=BELLE_SET, dest="set_name", help=f"conversation config (default {BELLE_SET})"
+    )
+    parser.add_argument(
+        "--pair", default=None, help=f"language pair name or YAML (default {BELLE_PAIR} for {BELLE_SET})"
+    )
+    parser.add_argument(
+        "--dataset", default=None, help="dataset build dir, BELLE folder (test.tsv + wav/) or Hub id"
+    )
+    parser.add_argument(
+        "--out", required=True, type=Path, help="result dir: <set>.records.jsonl, .summary.json/.md"
+    )
+    parser.add_argument("--asr-model", default=None)
+    parser.add_argument(
+        "--asr-backend", default="faster-whisper", choices=("faster-whisper", "openai-whisper")
+    )
+    parser.add_argument("--model-name", default=None)
+    parser.add_argument("--no-progress", action="store_true")
+    judge.add_judge_arguments(parser)
+
+
+def run(args) -> int:
+    import json
+    import sys
+
+    from cs3_tasks import judge
+    from cs3_tasks.conversation_data import load_conversation_set
+    from cs3_tasks.scoring import read_outputs
+
+    try:
+        judge_config = judge.judge_config_from_args(args)  # fails before any work starts
+    except judge.JudgeConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    pair = args.pair or (BELLE_PAIR if args.set_name == BELLE_SET else None)
+    docs = [
+        {k: v for k, v in row.items() if k != "audio"}
+        for row in load_conversation_set(args.set_name, args.dataset)
+    ]
+    outputs = read_outputs(args.outputs, args.set_name, known_sets=(args.set_name,))
+    records = score_conversation(
+        args.set_name,
+        docs,
+        list(outputs.values()),
+        pair,
+        asr_model=args.asr_model,
+        asr_backend=args.asr_backend,
+        judge=judge_config,
+        progress=not args.no_progress,
+    )
+    summary = summarize_conversation(records)
+    summary["model"] = args.model_name or Path(args.outputs).resolve().name
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / f"{args.set_name}.records.jsonl", "w", encoding="utf-8") as handle:
+        handle.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    (out / f"{args.set_name}.summary.json").write_text(
+        json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    markdown = summary_markdown(summary, summary["model"])
+    (out / f"{args.set_name}.summary.md").write_text(markdown, encoding="utf-8")
+    print(markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    import argparse
+    import sys
+
+    _parser = argparse.ArgumentParser(
+        prog="python -m cs3_tasks.conversation",
+        description="score pre-generated outputs of a spoken-conversation set",
+    )
+    add_arguments(_parser)
+    sys.exit(run(_parser.parse_args()))

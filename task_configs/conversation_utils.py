@@ -1,0 +1,197 @@
+"""``!function`` targets of the spoken-conversation tasks (``belle_s2s_zh2en`` and any new language pair).
+
+A conversation task YAML names its dataset config and language pair in ``dataset_kwargs``::
+
+    custom_dataset: !function conversation_utils.load_conversation
+    dataset_kwargs: {config: belle_eval_s2s, pair: zh2en}
+
+A YAML outside this folder (a new pair) refers to the same functions by module path:
+``!function cs3_tasks.task_configs.conversation_utils.load_conversation`` (lm-eval 0.4.13 imports a
+``!function`` module that is not next to the YAML). ``pair`` is a pair name (``cs3_tasks/languages`` or
+``$CS3_LANGUAGE_PAIRS``) or a YAML path.
+
+Flow: the loader tags each doc with its set and pair (``cs3_set``, ``cs3_pair``; ``Qid`` = ``id`` for the cs3
+model wrappers) and turns the query audio into a file path; the ``ScoreConversation`` filter scores all
+responses at once with ``cs3_tasks.conversation.score_conversation`` (one batched ASR call, the judge when
+configured); the ``agg_*`` aggregations read ``cs3_tasks.conversation.summarize_conversation``.
+Run settings (``--metadata``): ``dataset``, ``asr_model``, ``asr_backend``, ``judge``, ``judge_model``,
+``judge_base_url``, as for the cs3 tasks (``utils.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from cs3_tasks.task_configs import utils as cs3_utils
+from lm_eval.api.filter import Filter
+
+DOC_SET, DOC_PAIR = "cs3_set", "cs3_pair"
+_SETTING_KEYS = ("asr_model", "asr_backend", "judge", "judge_model", "judge_base_url")
+_SETTINGS: dict[str, Any] = {}
+
+METRICS = (
+    "gpt_score_text",
+    "gpt_score_speech",
+    "asr_error_rate",
+    "off_target_text",
+    "off_target_speech",
+    "judge_errors",
+    "asr_errors",
+)
+_TEXT_ONLY_EXCLUDED = ("speech", "asr_")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# dataset and prompts
+
+
+def load_conversation(
+    config: str | None = None, pair: str | None = None, dataset: str | None = None, **metadata: Any
+):
+    """A DatasetDict {"test": ...} of one conversation config; docs carry ``cs3_set``/``cs3_pair``/``Qid``."""
+    import datasets
+
+    from cs3_tasks.conversation_data import load_conversation_set
+    from cs3_tasks.languages import load_pair
+
+    if not config:
+        raise ValueError(
+            "conversation task: dataset_kwargs must name the dataset `config` (e.g. belle_eval_s2s)"
+        )
+    resolved = load_pair(pair)  # fail now, naming the pair, rather than at scoring time
+    _SETTINGS.update({k: metadata[k] for k in _SETTING_KEYS if k in metadata})
+    location = dataset or os.environ.get("CS3_BENCH_DATASET") or None
+    ds = load_conversation_set(config, location)
+    rows = []
+    for row in ds:
+        row = dict(row)
+        row["audio"] = cs3_utils.query_audio_path(row.get("audio"), row.get("id"))
+        row["Qid"] = str(row["id"])
+        row[DOC_SET] = config
+        row[DOC_PAIR] = str(resolved.source) if resolved.source else resolved.name
+        rows.append(row)
+    return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
+
+
+def doc_to_audio(doc: Mapping) -> list[str]:
+    return cs3_utils.doc_to_audio(doc)
+
+
+def doc_to_target(doc: Mapping) -> str:
+    """The reference answer when the set has one (for the logs; the judge reads the doc itself)."""
+    return str(doc.get("reference") or "")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the filter
+
+
+class ScoreConversation(Filter):
+    """Scores every response of the task at once; each filtered response is the item's record as JSON."""
+
+    def __init__(self, variant: str = "audio", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.variant = variant
+
+    def apply(self, resps: Sequence, docs: Sequence[Mapping]) -> list[str]:
+        from cs3_tasks.conversation import doc_id, score_conversation
+
+        if not docs:
+            return []
+        outputs = [cs3_utils.model_output(doc, responses) for doc, responses in zip(docs, resps)]
+        records = score_conversation(
+            docs[0][DOC_SET],
+            list(docs),
+            outputs,
+            docs[0][DOC_PAIR],
+            asr_model=_SETTINGS.get("asr_model"),
+            asr_backend=_SETTINGS.get("asr_backend") or "faster-whisper",
+            judge=judge_config(),
+            progress=True,
+        )
+        by_id = {r["qid"]: r for r in records}
+        ordered = [by_id[doc_id(doc)] for doc in docs]
+        for record in ordered:
+            record["variant"] = self.variant
+        return [json.dumps(r, ensure_ascii=False) for r in ordered]
+
+
+def judge_config():
+    """The judge of this run (None: no judge, GPT scores n/a); same rules as the cs3 tasks."""
+    saved = dict(cs3_utils._SETTINGS)
+    try:  # cs3_utils.judge_config reads its own settings: lend it ours for the call
+        cs3_utils._SETTINGS.clear()
+        cs3_utils._SETTINGS.update(_SETTINGS)
+        return cs3_utils.judge_config()
+    finally:
+        cs3_utils._SETTINGS.clear()
+        cs3_utils._SETTINGS.update(saved)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# per-item results and aggregations
+
+
+def metric_names(variant: str = "audio") -> list[str]:
+    if variant == "text":
+        return [m for m in METRICS if not any(part in m for part in _TEXT_ONLY_EXCLUDED)]
+    return list(METRICS)
+
+
+def process_results(doc: Mapping, results: Sequence[str]) -> dict[str, dict]:
+    """Every metric gets the item's record without judge explanations (the texts stay: the corpus ASR
+    error rate needs them); the aggregations do the arithmetic."""
+    record = json.loads(results[0])
+    item = {k: v for k, v in record.items() if not k.endswith("_raw")}
+    return {name: item for name in metric_names(record.get("variant", "audio"))}
+
+
+_SUMMARY_CACHE: dict[tuple, tuple[list, dict]] = {}
+
+
+def _summary(records: Sequence[Mapping]) -> dict:
+    from cs3_tasks.conversation import summarize_conversation
+
+    key = tuple(id(r) for r in records)
+    hit = _SUMMARY_CACHE.get(key)
+    if hit is None:
+        if len(_SUMMARY_CACHE) > 64:
+            _SUMMARY_CACHE.clear()
+        hit = (list(records), summarize_conversation([dict(r) for r in records]))
+        _SUMMARY_CACHE[key] = hit
+    return hit[1]
+
+
+def _metric(*keys: str) -> Callable[[Sequence[Mapping]], float]:
+    def aggregate(records: Sequence[Mapping]) -> float:
+        if not records:
+            return math.nan
+        node: Any = _summary(records)
+        for key in keys:
+            node = node.get(key) if isinstance(node, Mapping) else None
+        return math.nan if node is None else float(node)  # not applicable / no data: NaN, never 0
+
+    aggregate.__name__ = "agg_" + "_".join(keys)
+    return aggregate
+
+
+agg_gpt_score_text = _metric("text", "gpt_score", "value")
+agg_gpt_score_speech = _metric("speech", "gpt_score", "value")
+agg_off_target_text = _metric("text", "off_target", "value")
+agg_off_target_speech = _metric("speech", "off_target", "value")
+agg_asr_error_rate = _metric("asr_error_rate", "value")
+
+
+def agg_judge_errors(records: Sequence[Mapping]) -> float:
+    if not records:
+        return math.nan
+    summary = _summary(records)
+    return float(sum((summary.get(ch) or {}).get("n_judge_error", 0) for ch in ("text", "speech")))
+
+
+def agg_asr_errors(records: Sequence[Mapping]) -> float:
+    return float(_summary(records)["n_asr_error"]) if records else math.nan
