@@ -1,0 +1,148 @@
+"""ASR accuracy and speed on the 250 real BELLE-eval-S2S questions (Mandarin speech, 22.05 kHz).
+
+Prints:
+  * the corpus character error rate (after cs3_tasks.text.normalize_zh) of transcribe_batch with
+    language detection on (language=None, as scoring uses it), the share of clips detected as "zh",
+  * the wall time per clip (cache off, model already loaded),
+  * the ratio of faster-whisper's BatchedInferencePipeline (clips packed into one stream with
+    clip_timestamps so that a batch holds several clips) over our sequential per-clip loop, both with
+    language="zh" and beam 5, on a subset; the two runs alternate and the best of each is kept,
+    which damps the noise of a shared machine.
+
+    python benchmarks/belle_asr_cer.py [--limit N] [--compare N] [--repeats R]
+
+Data: $CS3_SHARED_DATA/belle_eval_s2s, else <repo>/../shared/data/belle_eval_s2s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def belle_dir() -> Path:
+    root = os.environ.get("CS3_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data"
+    return Path(root) / "belle_eval_s2s"
+
+
+def read_belle(limit: int | None = None) -> list[tuple[Path, str]]:
+    """(wav path, reference text) pairs in test.tsv order."""
+    root = belle_dir()
+    rows = (root / "test.tsv").read_text(encoding="utf-8").splitlines()[1:]
+    pairs = []
+    for row in rows:
+        qid, text = row.split("\t", 1)
+        pairs.append((root / "wav" / f"{qid}.wav", text.strip()))
+    return pairs[:limit] if limit else pairs
+
+
+def sequential(runner, audios: list[np.ndarray], language: str | None) -> list[str]:
+    return [runner.transcribe(audio, language)[0] for audio in audios]
+
+
+def batched(model, audios: list[np.ndarray], language: str, batch_size: int) -> list[str]:
+    """BatchedInferencePipeline over all clips at once: clips joined with 0.5 s gaps, one chunk each."""
+    from faster_whisper import BatchedInferencePipeline
+
+    from cs3_tasks.asr import DECODING
+    from cs3_tasks.audio import SAMPLE_RATE
+
+    gap = np.zeros(SAMPLE_RATE // 2, dtype=np.float32)
+    pieces, clips, pos = [], [], 0
+    for audio in audios:
+        clips.append({"start": pos / SAMPLE_RATE, "end": (pos + len(audio)) / SAMPLE_RATE})
+        pieces += [audio, gap]
+        pos += len(audio) + len(gap)
+    segments, _ = BatchedInferencePipeline(model).transcribe(
+        np.concatenate(pieces),
+        language=language,
+        clip_timestamps=clips,
+        batch_size=batch_size,
+        beam_size=DECODING.beam_size,
+        temperature=DECODING.temperature,
+        vad_filter=False,
+    )
+    texts = [""] * len(audios)
+    starts = np.array([clip["start"] for clip in clips])
+    for segment in segments:
+        texts[int(np.argmin(np.abs(starts - segment.start)))] += segment.text
+    return texts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--limit", type=int, default=None, help="first N clips only (default all 250)")
+    parser.add_argument(
+        "--compare", type=int, default=48, help="clips in the batched-vs-sequential run (0: skip)"
+    )
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args(argv)
+
+    if not (belle_dir() / "test.tsv").is_file():
+        print(f"BELLE-eval-S2S not found at {belle_dir()} (set CS3_SHARED_DATA)", file=sys.stderr)
+        return 2
+
+    from cs3_tasks import asr
+    from cs3_tasks.audio import load_audio
+    from cs3_tasks.metrics import character_error_rate, corpus_character_error_rate
+
+    pairs = read_belle(args.limit)
+    model_name = asr.default_model()
+    print(
+        f"model: {model_name}  backend: faster-whisper  decoding: {asr.runner_options()}  "
+        f"threads: {asr._cpu_threads()}"
+    )
+    t0 = time.perf_counter()
+    runner = asr._load_runner("faster-whisper", model_name)
+    print(f"model load: {time.perf_counter() - t0:.1f} s")
+
+    t0 = time.perf_counter()
+    transcripts = asr.transcribe_batch(
+        [p for p, _ in pairs], model=model_name, use_cache=False, progress=True
+    )
+    elapsed = time.perf_counter() - t0
+    refs = [ref for _, ref in pairs]
+    hyps = [t.text for t in transcripts]
+    errors = sum(t.error is not None for t in transcripts)
+    zh = sum(t.language == "zh" for t in transcripts)
+    per_item = [character_error_rate(r, h) for r, h in zip(refs, hyps)]
+    print(f"clips: {len(pairs)}  errors: {errors}  detected zh: {zh}/{len(pairs)}")
+    print(
+        f"CER (corpus, normalised): {corpus_character_error_rate(refs, hyps):.4f}  "
+        f"mean per-clip CER: {np.mean(per_item):.4f}  median: {np.median(per_item):.4f}"
+    )
+    print(f"time per clip (decode + ASR, language detection on): {elapsed / len(pairs):.3f} s")
+
+    if args.compare:
+        subset = [load_audio(p) for p, _ in pairs[: args.compare]]
+        best_seq = best_bat = float("inf")
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            seq_hyps = sequential(runner, subset, "zh")
+            best_seq = min(best_seq, time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            bat_hyps = batched(runner.model, subset, "zh", args.batch_size)
+            best_bat = min(best_bat, time.perf_counter() - t0)
+        sub_refs = refs[: len(subset)]
+        print(
+            f"sequential ({len(subset)} clips, zh): {best_seq / len(subset):.3f} s/clip  "
+            f"CER {corpus_character_error_rate(sub_refs, seq_hyps):.4f}"
+        )
+        print(
+            f"batched (batch_size {args.batch_size}, zh): {best_bat / len(subset):.3f} s/clip  "
+            f"CER {corpus_character_error_rate(sub_refs, bat_hyps):.4f}"
+        )
+        print(
+            f"batched/sequential time ratio: {best_bat / best_seq:.2f} (speed-up {best_seq / best_bat:.2f}x)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
