@@ -53,9 +53,18 @@ class DecodingOptions:
     temperature: float = 0.0
     condition_on_previous_text: bool = False
     vad_filter: bool = False
+    # Cap on generated tokens per second of audio (per 30 s window). Real speech needs < 8 tokens/s; on
+    # unintelligible audio Whisper can loop until its 448-token limit, which costs seconds per clip.
+    max_tokens_per_second: float = 15.0
 
 
 DECODING = DecodingOptions()
+
+
+def max_new_tokens(audio) -> int:
+    """The generation cap for one clip (16 kHz samples), at most Whisper's window limit."""
+    window_seconds = min(len(audio) / SAMPLE_RATE, 30.0)
+    return int(min(440, 32 + DECODING.max_tokens_per_second * window_seconds))
 
 
 @dataclass(frozen=True)
@@ -336,6 +345,7 @@ class _FasterWhisperRunner(_Runner):
             temperature=DECODING.temperature,
             condition_on_previous_text=DECODING.condition_on_previous_text,
             vad_filter=DECODING.vad_filter,
+            max_new_tokens=max_new_tokens(audio),
         )
         text = "".join(segment.text for segment in segments)  # the generator does the decoding
         return text, info.language
@@ -372,6 +382,7 @@ class _OpenAIWhisperRunner(_Runner):
             temperature=DECODING.temperature,
             condition_on_previous_text=DECODING.condition_on_previous_text,
             fp16=self.fp16,
+            sample_len=max_new_tokens(audio),
             verbose=None,
         )
         return str(result.get("text", "")), result.get("language") or language
