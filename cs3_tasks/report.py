@@ -1,0 +1,208 @@
+"""``cs3-bench report``: a leaderboard (markdown + CSV) and a figure across scored result dirs.
+
+Input: result dirs written by ``cs3-bench score`` (``<set>.summary.json`` files). One row per model (the
+``model`` field of the summaries; a model's sets may sit in one dir or in several). PSR and LSA pool the
+two code-switched sets (knowledge and open_ended): PSR = sum recognised / sum English words, LSA = sum
+selected / sum judged items, over both sets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from cs3_tasks.scoring import CHANNELS, compare_cs_en
+
+SETS = ("knowledge", "knowledge_en", "open_ended")
+CS_SETS = ("knowledge", "open_ended")
+COLUMNS = (
+    "model",
+    "acc_text_cs", "acc_speech_cs", "acc_text_en", "acc_speech_en",
+    "drop_text", "drop_speech", "preserve_text", "preserve_speech",
+    "psr", "lsa_text", "lsa_speech", "understanding_text", "understanding_speech",
+)
+HEADERS = {
+    "model": "model",
+    "acc_text_cs": "acc text (cs)", "acc_speech_cs": "acc speech (cs)",
+    "acc_text_en": "acc text (en)", "acc_speech_en": "acc speech (en)",
+    "drop_text": "drop text", "drop_speech": "drop speech",
+    "preserve_text": "preserve text", "preserve_speech": "preserve speech",
+    "psr": "PSR", "lsa_text": "LSA text", "lsa_speech": "LSA speech",
+    "understanding_text": "understood text", "understanding_speech": "understood speech",
+}
+
+
+def load_summaries(result_dirs: Sequence[Path]) -> dict[str, dict[str, dict]]:
+    """model -> set -> summary, from every ``<set>.summary.json`` in the dirs (model name: summary or dir)."""
+    models: dict[str, dict[str, dict]] = {}
+    for result_dir in result_dirs:
+        result_dir = Path(result_dir)
+        if not result_dir.is_dir():
+            raise FileNotFoundError(f"result dir {result_dir} does not exist")
+        found = False
+        for set_name in SETS:
+            path = result_dir / f"{set_name}.summary.json"
+            if not path.is_file():
+                continue
+            found = True
+            summary = json.loads(path.read_text(encoding="utf-8"))
+            model = summary.get("model") or result_dir.resolve().name
+            if set_name in models.get(model, {}):
+                raise ValueError(f"two {set_name} summaries for model {model!r} (second one in {result_dir})")
+            models.setdefault(model, {})[set_name] = summary
+        if not found:
+            raise FileNotFoundError(f"{result_dir} holds no <set>.summary.json: run `cs3-bench score` first")
+    return models
+
+
+def _value(entry: Mapping | None) -> float | None:
+    return None if not entry else entry.get("value")
+
+
+def _pooled(summaries: Mapping[str, dict], key: str, ch: str | None) -> float | None:
+    """Pool a rate over the code-switched sets from its counts (hits / n, or recognised / words)."""
+    hits = total = 0
+    for set_name in CS_SETS:
+        summary = summaries.get(set_name)
+        if not summary:
+            continue
+        if key == "psr":
+            entry = summary.get("psr") or {}
+            hits, total = hits + (entry.get("recognised") or 0), total + (entry.get("words") or 0)
+        else:
+            entry = (summary.get(ch) or {}).get(key) or {}
+            hits, total = hits + (entry.get("hits") or 0), total + (entry.get("n") or 0)
+    return hits / total if total else None
+
+
+def leaderboard_rows(models: Mapping[str, Mapping[str, dict]]) -> list[dict]:
+    """One row per model (COLUMNS), sorted by speech then text accuracy on the code-switched set."""
+    rows = []
+    for model, summaries in models.items():
+        cs, en, oe = summaries.get("knowledge"), summaries.get("knowledge_en"), summaries.get("open_ended")
+        comparison = compare_cs_en(cs or {}, en or {})
+        row: dict = {"model": model}
+        for ch in CHANNELS:
+            row[f"acc_{ch}_cs"] = _value(((cs or {}).get(ch) or {}).get("accuracy"))
+            row[f"acc_{ch}_en"] = _value(((en or {}).get(ch) or {}).get("accuracy"))
+            row[f"drop_{ch}"] = comparison[ch]["drop_abs"]
+            row[f"preserve_{ch}"] = comparison[ch]["preserve"]
+            row[f"lsa_{ch}"] = _pooled(summaries, "lsa", ch)
+            row[f"understanding_{ch}"] = _value(((oe or {}).get(ch) or {}).get("understanding_rate"))
+        row["psr"] = _pooled(summaries, "psr", None)
+        rows.append(row)
+
+    def sort_key(row: dict) -> tuple:
+        return tuple(-(row[k] if row[k] is not None else -1.0) for k in ("acc_speech_cs", "acc_text_cs"))
+
+    return sorted(rows, key=sort_key)
+
+
+def _cell(value: float | str | None) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, str):
+        return value
+    return f"{100 * value:.1f}"
+
+
+def leaderboard_markdown(rows: Sequence[dict]) -> str:
+    lines = [
+        "| " + " | ".join(HEADERS[c] for c in COLUMNS) + " |",
+        "| " + " | ".join("---" if c == "model" else "---:" for c in COLUMNS) + " |",
+    ]
+    lines += ["| " + " | ".join(_cell(row[c]) for c in COLUMNS) + " |" for row in rows]
+    notes = [
+        "",
+        ("All values in %. cs = code-switched knowledge set, en = its English twin. drop = acc(en) - acc(cs) "
+        "(points); preserve = acc(cs) / acc(en). PSR and LSA pool the code-switched sets (knowledge, "
+        "open_ended); understood = share of open-ended items with relevance > 3. n/a = not applicable "
+        "(e.g. speech of a text-only model) or set not scored."),
+    ]
+    return "\n".join(lines + notes) + "\n"
+
+
+def write_csv(path: Path, rows: Sequence[dict]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(COLUMNS))
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({c: ("" if row[c] is None else row[c]) for c in COLUMNS})
+
+
+def _bar(entry: Mapping | None) -> tuple[float, float, float]:
+    """(value, lower error, upper error) in %; NaN (no bar drawn) when not applicable or not scored."""
+    if not entry or entry.get("value") is None:
+        return (float("nan"), float("nan"), float("nan"))
+    value = 100 * entry["value"]
+    low = 100 * entry["ci_low"] if entry.get("ci_low") is not None else value
+    high = 100 * entry["ci_high"] if entry.get("ci_high") is not None else value
+    return (value, max(value - low, 0.0), max(high - value, 0.0))
+
+
+def plot_accuracy(models: Mapping[str, Mapping[str, dict]], path: Path) -> None:
+    """Accuracy by category (and overall), code-switched vs English, text vs speech, 95% CI error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    names = sorted(models)
+    fig, axes = plt.subplots(len(names), 1, figsize=(9, 3.2 * len(names)), squeeze=False)
+    series = [(s, ch) for s in ("knowledge", "knowledge_en") for ch in CHANNELS]
+    labels = {("knowledge", "text"): "cs text", ("knowledge", "speech"): "cs speech",
+              ("knowledge_en", "text"): "en text", ("knowledge_en", "speech"): "en speech"}
+    colors = {("knowledge", "text"): "#1f77b4", ("knowledge", "speech"): "#9ecae1",
+              ("knowledge_en", "text"): "#d62728", ("knowledge_en", "speech"): "#fc9272"}
+    for ax, name in zip(axes[:, 0], names):
+        summaries = models[name]
+        categories = sorted({c for s in ("knowledge", "knowledge_en") for ch in CHANNELS
+                             for c in (((summaries.get(s) or {}).get(ch) or {}).get("by_category") or {})})
+        groups = ["Overall", *categories]
+        x = np.arange(len(groups))
+        width = 0.8 / len(series)
+        for k, (set_name, ch) in enumerate(series):
+            channel = (summaries.get(set_name) or {}).get(ch) or {}
+            entries = [channel.get("accuracy")] + [(channel.get("by_category") or {}).get(c) for c in categories]
+            bars = [_bar(e) for e in entries]
+            ax.bar(x + (k - (len(series) - 1) / 2) * width, [b[0] for b in bars], width,
+                   yerr=[[b[1] for b in bars], [b[2] for b in bars]], capsize=2,
+                   label=labels[(set_name, ch)], color=colors[(set_name, ch)])
+        ax.set_xticks(x, groups)
+        ax.set_xlim(-0.5, len(groups) - 0.5)
+        ax.set_ylim(0, 100)
+        ax.set_ylabel("accuracy (%)")
+        ax.set_title(f"{name}: knowledge accuracy (95% bootstrap CI; no bar = not applicable)")
+    handles, legend_labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, legend_labels, loc="upper center", ncol=4, fontsize="small")
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / (3.2 * len(names))))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("result_dirs", nargs="+", type=Path, help="dirs written by `cs3-bench score`")
+    parser.add_argument("--out", required=True, type=Path, help="where to write the leaderboard and figure")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        models = load_summaries(args.result_dirs)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = leaderboard_rows(models)
+    markdown = leaderboard_markdown(rows)
+    (out / "leaderboard.md").write_text(markdown, encoding="utf-8")
+    write_csv(out / "leaderboard.csv", rows)
+    plot_accuracy(models, out / "accuracy.png")
+    print(markdown)
+    print(f"wrote {out / 'leaderboard.md'}, {out / 'leaderboard.csv'}, {out / 'accuracy.png'}", file=sys.stderr)
+    return 0
