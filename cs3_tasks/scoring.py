@@ -52,7 +52,9 @@ OPEN_ENDED_ASPECTS = ("relevance", "semantic")
 # written while the rest is still being judged (the judge bounds requests in flight inside each chunk).
 JUDGE_CHUNK_RECORDS = 32
 
-STATUSES = ("keyword", "judge_correct", "judge_wrong", "judge_error", "unresolved", "missing")
+# "empty": the model answered with nothing (counted as not correct); "missing": no response on this
+# channel at all (no output for the Qid, unreadable output, text-only model): excluded and counted.
+STATUSES = ("keyword", "judge_correct", "judge_wrong", "judge_error", "unresolved", "empty", "missing")
 IN_MEMORY_AUDIO = "<in-memory audio>"
 
 
@@ -137,8 +139,7 @@ def _parse_line(line: str, line_no: int, path: Path, outputs_dir: Path, authors_
         problem = _join(problem, f"text response is a {type(text).__name__}, not a string")
         text = None
     elif isinstance(text, str) and not text.strip():
-        problem = _join(problem, "empty text response")
-        text = None
+        problem = _join(problem, "empty text response")  # kept: an empty answer is scored as not correct
     elif text is None:
         problem = _join(problem, "no text response")
     if authors_layout:
@@ -299,6 +300,11 @@ def _channel_keyword(record: dict, set_name: str, doc: Mapping, ch: str, respons
     """Keyword stage of one channel; True when the judge is still needed."""
     if response is None:
         return False  # status stays "missing"
+    if not response.strip():
+        # The model said nothing: a wrong answer, not an excluded item (else silence would raise accuracy).
+        record[f"{ch}_keyword_hit"] = False
+        record[f"{ch}_status"], record[f"{ch}_correct"] = "empty", False
+        return False
     hit = _keyword_hit(set_name, doc, response)
     record[f"{ch}_keyword_hit"] = hit
     if hit:
@@ -499,6 +505,7 @@ def _channel_summary(set_name: str, records: Sequence[dict], ch: str) -> dict | 
         summary["n_judge_error"] = statuses.get("judge_error", 0)  # excluded from the rate
         summary["n_unresolved"] = statuses.get("unresolved", 0)  # counted as not correct
         summary["n_missing"] = statuses.get("missing", 0)  # excluded: no response on this channel
+        summary["n_empty"] = statuses.get("empty", 0)  # counted as not correct: the model said nothing
         categories = sorted({r["category"] for r in records if r["category"] is not None})
         summary["by_category"] = {}
         for category in categories:

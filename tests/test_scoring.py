@@ -181,7 +181,7 @@ def test_read_outputs_authors_layout_reports_problems_per_item(tmp_path):
     assert outputs["k-000"].text == "答案是盐湖城。"
     assert outputs["k-000"].audio.endswith("k-000.wav")
     assert "duplicate Qid" in outputs["k-000"].problem
-    assert outputs["k-001"].text is None
+    assert outputs["k-001"].text == "   "  # kept: an empty answer is scored (as not correct)
     assert "empty text response" in outputs["k-001"].problem and "missing wav" in outputs["k-001"].problem
     assert outputs["k-002"].text is None and "bad JSON" in outputs["k-002"].problem
     assert outputs["k-002"].audio is not None  # its wav is still usable
@@ -645,10 +645,14 @@ def test_end_to_end_real_asr_bad_inputs_and_cached_rerun(tmp_path, offline_asr_m
     for qid in ("k-002", "k-003"):  # undecodable and empty wav: ASR error on that item only
         assert by[qid]["asr_error"] and by[qid]["speech_status"] == "missing"
     assert "empty text response" in by["k-003"]["problem"]
+    # an empty answer counts against the model; an item with no output at all is excluded and counted
+    assert by["k-003"]["text_status"] == "empty" and by["k-003"]["text_correct"] is False
+    assert by["k-005"]["text_status"] == "missing" and by["k-005"]["text_correct"] is None
     assert "missing wav" in by["k-004"]["problem"] and by["k-004"]["audio"] is None
     assert by["k-005"]["problem"] == "no output for this Qid"
     summary = json.loads((out / "knowledge.summary.json").read_text())
     assert summary["n_asr_error"] == 2 and summary["speech"]["n_unresolved"] >= 0
+    assert summary["text"]["n_empty"] == 1 and summary["text"]["n_missing"] == 1
 
     # scoring again from scratch: every transcript comes from asr.sqlite, the model is never loaded
     def no_model(*a, **k):

@@ -284,7 +284,7 @@ class SpeechLM(LM):
         # A failed item carries its cause, so the scorer records it as a failure (excluded, counted),
         # never as a wrong answer.
         problem = None if error is None else f"generation failed: {type(error).__name__}: {error}"
-        response = encode_response(text, audio_path, problem=problem)
+        response = encode_response(None if error else text, audio_path, problem=problem)
         # lm-eval's --use_cache stores responses it gets from us; partial adds make a killed run resumable.
         if error is None:
             self.cache_hook.add_partial("generate_until", instance.args, response)
