@@ -150,20 +150,11 @@ def process_results(doc: Mapping, results: Sequence[str]) -> dict[str, dict]:
     return {name: item for name in metric_names(record.get("variant", "audio"))}
 
 
-_SUMMARY_CACHE: dict[tuple, tuple[list, dict]] = {}
-
-
 def _summary(records: Sequence[Mapping]) -> dict:
     from cs3_tasks.conversation import summarize_conversation
 
-    key = tuple(id(r) for r in records)
-    hit = _SUMMARY_CACHE.get(key)
-    if hit is None:
-        if len(_SUMMARY_CACHE) > 64:
-            _SUMMARY_CACHE.clear()
-        hit = (list(records), summarize_conversation([dict(r) for r in records]))
-        _SUMMARY_CACHE[key] = hit
-    return hit[1]
+    return cs3_utils.memoized_summary("conversation", records,
+                                      lambda rs: summarize_conversation([dict(r) for r in rs]))
 
 
 def _metric(*keys: str) -> Callable[[Sequence[Mapping]], float]:

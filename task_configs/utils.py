@@ -257,17 +257,26 @@ def process_results(doc: Mapping, results: Sequence[str]) -> dict[str, dict]:
 _SUMMARY_CACHE: dict[tuple, tuple[list, dict]] = {}
 
 
-def _summary(records: Sequence[Mapping]) -> dict:
-    from cs3_tasks.scoring import summarize
+def memoized_summary(kind: str, records: Sequence[Mapping], summarize_records: Callable[[list], dict]) -> dict:
+    """One summary per (kind, record list): every aggregation of a task reads the same summary.
 
-    key = tuple(id(r) for r in records)
+    Keyed by the records' identities (lm-eval hands each aggregation the same objects); the records are
+    kept alive with the entry so their ids cannot be reused.
+    """
+    key = (kind, tuple(id(r) for r in records))
     hit = _SUMMARY_CACHE.get(key)
     if hit is None:
         if len(_SUMMARY_CACHE) > 64:
             _SUMMARY_CACHE.clear()
-        hit = (list(records), summarize(records[0]["set"], list(records)))
+        hit = (list(records), summarize_records(list(records)))
         _SUMMARY_CACHE[key] = hit
     return hit[1]
+
+
+def _summary(records: Sequence[Mapping]) -> dict:
+    from cs3_tasks.scoring import summarize
+
+    return memoized_summary("cs3", records, lambda rs: summarize(rs[0]["set"], rs))
 
 
 def _number(value: Any) -> float:

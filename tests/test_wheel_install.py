@@ -1,0 +1,71 @@
+"""`pip install .` (not editable) gives a working package: tasks, demo data, hook and models ship in the wheel.
+
+The wheel is installed with --target into a fresh folder; a child interpreter started with -S sees that
+folder (its .pth files processed, so our lm-eval hook runs) plus the dependencies' site-packages without
+their .pth files, so the editable install of this checkout cannot shadow the wheel.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import site
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+CHECK = textwrap.dedent(
+    """
+    import json, site, sys
+    target, deps = sys.argv[1], json.loads(sys.argv[2])
+    sys.path[:0] = [target]
+    site.addsitedir(target)          # processes cs3_bench_lm_eval.pth from the wheel
+    sys.path.extend(deps)            # dependencies, without their .pth files (no editable finder)
+    import cs3_tasks, cs3_tasks.task_configs
+    from cs3_tasks import data
+    assert cs3_tasks.__file__.startswith(target), cs3_tasks.__file__
+    from lm_eval.tasks import TaskManager
+    from lm_eval.api.registry import get_model
+    tasks = TaskManager().all_tasks   # no include_path: the hook adds ours
+    ds = data.load_set("knowledge", "demo")
+    print(json.dumps({
+        "module": cs3_tasks.__file__,
+        "task_configs": cs3_tasks.task_configs.__file__,
+        "tasks": sorted(t for t in tasks if t.startswith(("cs3", "belle"))),
+        "model": get_model("cs3-precomputed").__name__,
+        "demo_rows": len(ds),
+    }))
+    """
+)
+
+
+def test_pip_install_dot_gives_a_working_package(tmp_path):
+    source = tmp_path / "src"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".ruff_cache",
+        ".hypothesis", "tests", "cs3_demo", "cs3_outputs"))
+    wheels, target = tmp_path / "wheels", tmp_path / "site"
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                            "-w", str(wheels), str(source)], capture_output=True, text=True, timeout=600, check=False)
+    assert build.returncode == 0, build.stderr[-3000:]
+    wheel = next(wheels.glob("cs3_bench-*.whl"))
+    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
+                              str(wheel)], capture_output=True, text=True, timeout=600, check=False)
+    assert install.returncode == 0, install.stderr[-3000:]
+
+    deps = [p for p in site.getsitepackages() if Path(p).is_dir()]
+    run = subprocess.run([sys.executable, "-S", "-c", CHECK, str(target), json.dumps(deps)],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False,
+                         env={"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "HF_DATASETS_OFFLINE": "1",
+                              "HF_HUB_OFFLINE": "1"})
+    assert run.returncode == 0, run.stderr[-4000:]
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    assert found["module"].startswith(str(target))
+    assert found["task_configs"].startswith(str(target))
+    for task in ("cs3", "cs3_knowledge", "cs3_knowledge_en", "cs3_open_ended", "belle_s2s_zh2en"):
+        assert task in found["tasks"]
+    assert found["model"] == "PrecomputedLM"
+    assert found["demo_rows"] >= 24
