@@ -608,8 +608,8 @@ def summary_markdown(summary: Mapping) -> str:
              f"{summary['n_unknown_qid']}, items with problems: {summary['n_problems']}, "
              f"ASR errors: {summary['n_asr_error']}"), ""]
     if set_name in KNOWLEDGE_SETS:
-        lines += ["| channel | accuracy [95% CI] | n | judge_error (excluded) | unresolved | empty (wrong) "
-                  "| missing (excluded) | LSA |",
+        lines += [("| channel | accuracy [95% CI] | n | judge_error (excluded) | unresolved | empty (wrong) "
+                   "| missing (excluded) | LSA |"),
                   "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         for ch in CHANNELS:
             s = summary.get(ch)
