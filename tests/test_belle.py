@@ -10,7 +10,6 @@ import io
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from cs3_tasks.scoring import ModelOutput
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from judge_server import FakeJudgeServer, Reply
+from lm_eval_runner import run_lm_eval
 
 REPO = Path(__file__).resolve().parents[1]
 SET = "belle_eval_s2s"
@@ -211,33 +211,10 @@ def test_belle_task_through_lm_eval_echo_system(tmp_path):
             for qid, question in rows
         )
     results = tmp_path / "results"
-    env = {**os.environ, "CS3_BENCH_CACHE": str(tmp_path / "cache")}
-    env.pop("CS3_JUDGE_MODEL", None)
-    env.pop("CS3_JUDGE_BASE_URL", None)
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lm_eval",
-            "--model",
-            "cs3-precomputed",
-            "--model_args",
-            f"outputs={outputs}",
-            "--tasks",
-            "belle_s2s_zh2en",
-            "--limit",
-            "3",
-            "--metadata",
-            json.dumps({"dataset": str(folder)}),
-            "--output_path",
-            str(results),
-            "--log_samples",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
+    run = run_lm_eval(
+        "--model", "cs3-precomputed", "--model_args", f"outputs={outputs}", "--tasks", "belle_s2s_zh2en",
+        "--limit", "3", "--metadata", json.dumps({"dataset": str(folder)}), "--output_path", str(results),
+        "--log_samples", env={"CS3_BENCH_CACHE": str(tmp_path / "cache")},
     )
     assert run.returncode == 0, run.stderr[-3000:]
     values = json.loads(next(results.rglob("results_*.json")).read_text())["results"]["belle_s2s_zh2en"]

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 from lm_eval.api.instance import Instance
+from lm_eval_runner import run_lm_eval
 from openai_audio_server import REPLY_RATE, FakeAudioServer
 
 from cs3_tasks.speech import decode_response
@@ -154,8 +155,6 @@ def test_real_lm_eval_cli_on_demo_set(tmp_path):
     """The whole path: lm_eval CLI -> task doc_to_audio -> this wrapper -> fake endpoint -> task scoring,
     twice with --use_cache: the second run is answered from lm-eval's cache, not the endpoint."""
     import shutil
-    import subprocess
-    import sys
 
     from cs3_tasks import data
 
@@ -169,27 +168,13 @@ def test_real_lm_eval_cli_on_demo_set(tmp_path):
     with FakeAudioServer(speak=True) as server:
 
         def lm_eval(results_dir):
-            command = [
-                sys.executable,
-                "-m",
-                "lm_eval",
-                "--model",
-                "cs3-openai-audio",
-                "--model_args",
-                f"base_url={server.base_url},model=fake-omni,output_dir={out_dir}",
-                "--tasks",
-                "cs3_knowledge",
-                "--limit",
-                "2",
-                "--log_samples",
-                "--output_path",
-                str(results_dir),
-                "--use_cache",
-                str(tmp_path / "lm_cache"),
-                "--metadata",
-                json.dumps({"dataset": "demo", "judge": "none"}),
-            ]
-            run = subprocess.run(command, check=False, capture_output=True, text=True, timeout=600)
+            run = run_lm_eval(
+                "--model", "cs3-openai-audio",
+                "--model_args", f"base_url={server.base_url},model=fake-omni,output_dir={out_dir}",
+                "--tasks", "cs3_knowledge", "--limit", "2", "--log_samples", "--output_path", str(results_dir),
+                "--use_cache", str(tmp_path / "lm_cache"),
+                "--metadata", json.dumps({"dataset": "demo", "judge": "none"}),
+            )
             assert run.returncode == 0, run.stderr[-3000:]
             return run
 

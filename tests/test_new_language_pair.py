@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from cs3_tasks.languages import LanguagePairError, load_pair
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from judge_server import FakeJudgeServer, Reply
+from lm_eval_runner import run_lm_eval
 
 PROMPT_MARKER = "KO-EN-PAIR-PROMPT"
 CONFIG = "ko_en_chat"
@@ -190,34 +190,14 @@ def test_korean_english_pair_runs_through_lm_eval(pair_dir, tmp_path, monkeypatc
         ok = PROMPT_MARKER in request.prompt and "in Korean" in request.prompt
         return Reply.text("Score: [4]" if ok else "Score: [1]")
 
-    env = {**os.environ, "CS3_LANGUAGE_PAIRS": str(pair_dir), "CS3_BENCH_CACHE": str(tmp_path / "cache")}
+    env = {"CS3_LANGUAGE_PAIRS": str(pair_dir), "CS3_BENCH_CACHE": str(tmp_path / "cache")}
     results_dir = tmp_path / "results"
     with FakeJudgeServer(judge) as server:
         metadata = {"dataset": str(build_dir), "judge_base_url": server.base_url, "judge_model": "fake-judge"}
-        run = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "lm_eval",
-                "--model",
-                "cs3-precomputed",
-                "--model_args",
-                f"outputs={outputs}",
-                "--tasks",
-                CONFIG,
-                "--include_path",
-                str(pair_dir / "tasks"),
-                "--metadata",
-                json.dumps(metadata),
-                "--output_path",
-                str(results_dir),
-                "--log_samples",
-            ],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=600,
-            check=False,
+        run = run_lm_eval(
+            "--model", "cs3-precomputed", "--model_args", f"outputs={outputs}", "--tasks", CONFIG,
+            "--include_path", str(pair_dir / "tasks"), "--metadata", json.dumps(metadata),
+            "--output_path", str(results_dir), "--log_samples", env=env,
         )
         assert run.returncode == 0, textwrap.shorten(run.stderr[-3000:], 3000)
         assert server.request_count == 4  # 2 items x (text, speech transcript)
