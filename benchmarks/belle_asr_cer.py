@@ -4,6 +4,8 @@ Prints:
   * the corpus character error rate (after cs3_tasks.text.normalize_zh) of transcribe_batch with
     language detection on (language=None, as scoring uses it), the share of clips detected as "zh",
   * the wall time per clip (cache off, model already loaded),
+  (these three for each short-clip decoding of --modes: packed windows, the default, and one window per
+  clip in batches; and how many transcripts the two give identically),
   * the speed-up of our batched decoding (one encoder pass per batch of clips, as transcribe_batch does
     it) over the per-clip loop (faster-whisper's own transcribe), both with language="zh" and beam 5, on
     a subset, with the CER of each; the two runs alternate and the best of each is kept, which damps the
@@ -59,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--compare", type=int, default=48, help="clips in the batched-vs-sequential run (0: skip)"
     )
+    parser.add_argument("--modes", default="packed,batched",
+                        help="short-clip decodings to run on all clips (CS3_ASR_SHORT_CLIPS values)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args(argv)
@@ -81,22 +85,27 @@ def main(argv: list[str] | None = None) -> int:
     runner = asr._load_runner("faster-whisper", model_name)
     print(f"model load: {time.perf_counter() - t0:.1f} s")
 
-    t0 = time.perf_counter()
-    transcripts = asr.transcribe_batch(
-        [p for p, _ in pairs], model=model_name, use_cache=False, progress=True
-    )
-    elapsed = time.perf_counter() - t0
     refs = [ref for _, ref in pairs]
-    hyps = [t.text for t in transcripts]
-    errors = sum(t.error is not None for t in transcripts)
-    zh = sum(t.language == "zh" for t in transcripts)
-    per_item = [character_error_rate(r, h) for r, h in zip(refs, hyps)]
-    print(f"clips: {len(pairs)}  errors: {errors}  detected zh: {zh}/{len(pairs)}")
-    print(
-        f"CER (corpus, normalised): {corpus_character_error_rate(refs, hyps):.4f}  "
-        f"mean per-clip CER: {np.mean(per_item):.4f}  median: {np.median(per_item):.4f}"
-    )
-    print(f"time per clip (decode + ASR, language detection on): {elapsed / len(pairs):.3f} s")
+    texts: dict[str, list[str]] = {}
+    for mode in args.modes.split(","):
+        os.environ[asr.SHORT_CLIPS_ENV] = mode
+        t0 = time.perf_counter()
+        transcripts = asr.transcribe_batch([p for p, _ in pairs], model=model_name, use_cache=False, progress=True)
+        elapsed = time.perf_counter() - t0
+        hyps = texts[mode] = [t.text for t in transcripts]
+        errors = sum(t.error is not None for t in transcripts)
+        zh = sum(t.language == "zh" for t in transcripts)
+        per_item = [character_error_rate(r, h) for r, h in zip(refs, hyps)]
+        print(f"[{mode}] clips: {len(pairs)}  errors: {errors}  detected zh: {zh}/{len(pairs)}")
+        print(
+            f"[{mode}] CER (corpus, normalised): {corpus_character_error_rate(refs, hyps):.4f}  "
+            f"mean per-clip CER: {np.mean(per_item):.4f}  median: {np.median(per_item):.4f}"
+        )
+        print(f"[{mode}] time per clip (decode + ASR, language detection on): {elapsed / len(pairs):.3f} s")
+    if len(texts) == 2:
+        first, second = texts.values()
+        print(f"identical transcripts in the two modes: {sum(a == b for a, b in zip(first, second))}/{len(pairs)}")
+    os.environ.pop(asr.SHORT_CLIPS_ENV, None)
 
     if args.compare:
         subset = [load_audio(p) for p, _ in pairs[: args.compare]]

@@ -12,15 +12,30 @@ openai-whisper command line's default), temperature 0 with no temperature fallba
 on previous text, no VAD. Greedy decoding without fallback loops on repetitions: on 40 BELLE clips
 Whisper-base gave a CER of 0.45 greedy vs 0.13 with 5 beams.
 
-faster-whisper decodes clips of at most 30 s in batches (``batch_size``, default 8; clips sorted by
-length): the clips of a batch are encoded in one call of the underlying CTranslate2 Whisper, the
-language is detected per clip from that encoder output (when ``language`` is None), and all clips
-are beam-searched in one ``generate`` call, each with its own prompt <|startoftranscript|><|lang|>
-<|transcribe|>. This is exactly the one 30 s window WhisperModel.transcribe decodes for such a clip
-(same features, suppressed tokens, timestamp rules and no-speech rule): on BELLE the transcripts are
-identical (24/24 clips compared; corpus CER 0.1347 on all 250 either way), at 0.55 vs ~1.1-1.5 s per
-clip on 2 CPU cores, because CTranslate2 multiplies the matrices of the whole batch at once. Clips
-whose window ends in an unfinished segment (faster-whisper decodes the rest again) and clips over
+Clips whose peak is below -60 dBFS are silence: "" without decoding (Whisper writes "You" for them).
+
+faster-whisper decodes clips of at most 30 s in one of two ways ($CS3_ASR_SHORT_CLIPS):
+
+- "packed" (default): Whisper's encoder always processes a 30 s window, which costs ~0.45 s on 2 cores
+  whether it holds 2 s of speech or 30, so up to 6 clips share one window, 1.5 s of silence apart
+  (pack_windows); the window is beam-searched with timestamps and its segments are split back to the
+  clips by time (split_window). Each clip's language is detected first on the clip alone (a short
+  encoder pass) and only clips of one language share a window; the window's own detection must agree.
+  A clip the split cannot attribute cleanly (Whisper merged it with a neighbour, skipped it, or the
+  window ended mid-segment) is packed once more, then decoded alone as below. On the 250 BELLE clips:
+  0.27-0.31 s per clip, CER 0.12-0.13. A clip's transcript can depend on its neighbours in the window
+  (the decoder sees the text before it), so transcripts differ from per-clip decoding on some clips;
+  results are cached per clip content, so a re-run reuses them.
+- "batched": each clip in its own 30 s window, batches of ``batch_size`` (default 8; clips sorted by
+  length): the clips of a batch are encoded in one call of the underlying CTranslate2 Whisper, the
+  language is detected per clip from that encoder output (when ``language`` is None), and all clips
+  are beam-searched in one ``generate`` call, each with its own prompt <|startoftranscript|><|lang|>
+  <|transcribe|>. This is exactly the one 30 s window WhisperModel.transcribe decodes for such a clip
+  (same features, suppressed tokens, timestamp rules and no-speech rule): on BELLE the transcripts are
+  identical (24/24 clips compared; corpus CER 0.1347 on all 250 either way), at 0.55 vs ~1.1-1.5 s per
+  clip on 2 CPU cores, because CTranslate2 multiplies the matrices of the whole batch at once.
+
+Clips whose window ends in an unfinished segment (faster-whisper decodes the rest again) and clips over
 30 s go through WhisperModel.transcribe one by one. openai-whisper decodes one clip at a time.
 faster-whisper's BatchedInferencePipeline was no faster here (see benchmarks/belle_asr_cer.py): it
 batches 30 s windows of one long stream, not whole short clips.
@@ -36,7 +51,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,15 +81,40 @@ class DecodingOptions:
     # Cap on generated tokens per second of audio (per 30 s window). Real speech needs < 8 tokens/s; on
     # unintelligible audio Whisper can loop until its 448-token limit, which costs seconds per clip.
     max_tokens_per_second: float = 15.0
-    # How faster-whisper decodes clips <= 30 s: "batched" (see the module doc). In the cache key
-    # because batched int8 arithmetic may in rare cases change a transcript; the batch size is not.
-    short_clip_decoding: str = "batched"
+    # A clip whose peak is below this level is silence: its transcript is "" without decoding (Whisper
+    # writes "You" for 3 s of digital silence on its own, and other text when it is packed).
+    silence_peak_dbfs: float = -60.0
+    # How faster-whisper decodes clips <= 30 s: "packed" or "batched" (module doc; $CS3_ASR_SHORT_CLIPS).
+    # In the cache key because the two can give different transcripts; the batch size is not.
+    short_clip_decoding: str = "packed"
 
 
 DECODING = DecodingOptions()
+SHORT_CLIP_DECODINGS = ("packed", "batched")
+SHORT_CLIPS_ENV = "CS3_ASR_SHORT_CLIPS"
+# Packing, measured on the 250 BELLE clips (benchmarks/belle_asr_cer.py): 1.0 s gaps left twice as many
+# clips unresolved as 1.5 s (Whisper merges them); windows of 24-29 s and caps of 4-8 clips were all within
+# 0.27-0.32 s/clip and CER 0.120-0.132; many 1-2 s clips in one window tend to merge, hence the cap.
+PACK_GAP_SECONDS = 1.5  # silence between packed clips
+PACK_WINDOW_SECONDS = 26.0  # audio per packed window, leading silence and gaps included
+PACK_MAX_CLIPS = 6
+# Only clips whose language Whisper detects with at least this probability are packed. Low confidence means
+# audio Whisper finds hard, where packed segments merge or loop: median top probability 0.999 on BELLE, 0.96
+# on espeak-ng English, 0.67 on espeak-ng's unintelligible Mandarin (10% of it >= 0.8).
+PACK_MIN_LANGUAGE_PROBABILITY = 0.8
+PACK_WINDOWS_PER_CALL = 8  # windows encoded and beam-searched together (2: 0.39, 4: 0.31-0.33, 8: 0.30 s/clip)
+_PACK_ROUNDS = 2  # unresolved clips are packed once more, by language, with other neighbours
 DEFAULT_BATCH_SIZE = 8  # clips per batched decode (faster-whisper); 4/8/16 measured in the report
 MAX_BATCHED_SECONDS = 30.0  # one Whisper window: longer clips are decoded per clip
 _DECODE_WINDOW = 128  # clips decoded into memory at a time (sorted by length within it)
+
+
+def decoding_options() -> DecodingOptions:
+    """The options in force: DECODING with $CS3_ASR_SHORT_CLIPS (packed | batched) applied."""
+    mode = os.environ.get(SHORT_CLIPS_ENV) or DECODING.short_clip_decoding
+    if mode not in SHORT_CLIP_DECODINGS:
+        raise ValueError(f"{SHORT_CLIPS_ENV}={mode!r}: choose one of {', '.join(SHORT_CLIP_DECODINGS)}")
+    return replace(DECODING, short_clip_decoding=mode)
 
 
 def max_new_tokens(audio) -> int:
@@ -206,6 +246,7 @@ def transcribe_batch(
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     model_name = model or default_model(backend)
+    options = decoding_options()
     results: list[Transcript | None] = [None] * len(audios)
     cache = SqliteCache(cache_dir() / "asr.sqlite") if use_cache else None
     keys: list[str | None] = [None] * len(audios)
@@ -215,7 +256,7 @@ def transcribe_batch(
             for i, source in enumerate(audios):
                 try:
                     keys[i] = stable_key(
-                        "asr", content_hash(source), backend, model_id, language, asdict(DECODING)
+                        "asr", content_hash(source), backend, model_id, language, asdict(options)
                     )
                 except (AudioError, OSError, TypeError, ValueError) as exc:
                     results[i] = Transcript("", None, error=f"audio_error: {exc}")
@@ -230,7 +271,8 @@ def transcribe_batch(
             try:
                 for w in range(0, len(todo), _DECODE_WINDOW):
                     for i, transcript, cacheable in _transcribe_window(
-                        runner, audios, todo[w : w + _DECODE_WINDOW], language, batch_size
+                        runner, audios, todo[w : w + _DECODE_WINDOW], language, batch_size,
+                        packed=options.short_clip_decoding == "packed",
                     ):
                         results[i] = transcript
                         if cache is not None and cacheable and transcript.error is None and keys[i]:
@@ -247,11 +289,13 @@ def transcribe_batch(
 
 
 def _transcribe_window(runner: _Runner, audios: Sequence[AudioSource], indices: list[int],
-                       language: str | None, batch_size: int):
-    """Yield (index, Transcript, cacheable) for each index, decoding short clips in batches.
+                       language: str | None, batch_size: int, packed: bool = True):
+    """Yield (index, Transcript, cacheable) for each index, decoding short clips together.
 
     Audio is decoded per item first, so a bad clip only fails itself. Short clips are sorted by
-    length so that a batch holds clips of similar length (similar generation caps). If a batched
+    length (similar neighbours in a packed window, similar generation caps in a batch). With
+    ``packed``, they are first decoded in packed windows; the clips that packing leaves unresolved,
+    then all of them without ``packed``, go through batches of ``batch_size`` clips. If a batched
     decode raises, its clips are retried one by one; those transcripts come from the per-clip path,
     not the one the cache key describes, so they are not cached (a re-run retries the batch).
     """
@@ -261,11 +305,28 @@ def _transcribe_window(runner: _Runner, audios: Sequence[AudioSource], indices: 
         audio = _load(audios[i])
         if isinstance(audio, Transcript):
             yield i, audio, False
+        elif _is_silent(audio):
+            yield i, Transcript(text="", language=None), True
         elif batched is not None and len(audio) <= MAX_BATCHED_SECONDS * SAMPLE_RATE:
             short.append((i, audio))
         else:
             yield i, _transcribe_one(runner, audio, language), True
     short.sort(key=lambda item: len(item[1]))
+    pack = getattr(runner, "transcribe_packed", None) if packed else None
+    if pack is not None and short:
+        try:
+            packed_out = pack([audio for _, audio in short], language)
+        except Exception as exc:  # noqa: BLE001 - the batched path below decodes them instead
+            log.warning("packed ASR failed (%s: %s); decoding its %d clips in batches",
+                        type(exc).__name__, exc, len(short))
+            packed_out = [None] * len(short)
+        unresolved = []
+        for (i, audio), out in zip(short, packed_out):
+            if out is None:
+                unresolved.append((i, audio))
+            else:
+                yield i, Transcript(text=out[0].strip(), language=out[1]), True
+        short = unresolved
     for b in range(0, len(short), batch_size):
         batch = short[b : b + batch_size]
         try:
@@ -278,6 +339,12 @@ def _transcribe_window(runner: _Runner, audios: Sequence[AudioSource], indices: 
             continue
         for (i, _), (text, detected) in zip(batch, outputs):
             yield i, Transcript(text=text.strip(), language=detected), True
+
+
+def _is_silent(audio) -> bool:
+    import numpy as np
+
+    return float(np.max(np.abs(audio))) < 10 ** (DECODING.silence_peak_dbfs / 20)
 
 
 def _load(source: AudioSource):
@@ -328,6 +395,87 @@ def _model_identity(backend: str, model_name: str) -> str:
         config_hash = stable_key(config.read_text(encoding="utf-8")) if config.is_file() else ""
         return f"{backend}:dir:{path.name}:{size}:{config_hash[:16]}"
     return f"{backend}:file:{path.name}:{path.stat().st_size}"
+
+
+# ---------------------------------------------------------------------------------------------
+# packing short clips into one 30 s window (pure: the runner below does the model calls)
+
+
+@dataclass(frozen=True)
+class PlacedClip:
+    """Clip ``index`` (of the caller's list) at [start, end) seconds of a packed window."""
+
+    index: int
+    start: float
+    end: float
+
+
+def pack_windows(durations: Sequence[float], indices: Sequence[int] | None = None,
+                 window_seconds: float = PACK_WINDOW_SECONDS, gap_seconds: float = PACK_GAP_SECONDS,
+                 max_clips: int = PACK_MAX_CLIPS) -> list[list[PlacedClip]]:
+    """Greedy packing, in order: half a gap of silence, then clip, gap, clip, gap... per window.
+
+    A clip that does not fit in a window even alone is left out (it is decoded on its own).
+    """
+    windows: list[list[PlacedClip]] = []
+    current: list[PlacedClip] = []
+    offset = gap_seconds / 2
+    for i in indices if indices is not None else range(len(durations)):
+        duration = durations[i]
+        if gap_seconds / 2 + duration > window_seconds:
+            continue
+        if current and (offset + duration > window_seconds or len(current) == max_clips):
+            windows.append(current)
+            current, offset = [], gap_seconds / 2
+        current.append(PlacedClip(i, offset, offset + duration))
+        offset += duration + gap_seconds
+    if current:
+        windows.append(current)
+    return windows
+
+
+def split_window(tokens: Sequence[int], clips: Sequence[PlacedClip], timestamp_begin: int, eot: int,
+                 seconds_per_timestamp: float = 0.02) -> tuple[dict[int, list[int]], set[int]]:
+    """Assign the segments Whisper decoded in a packed window to its clips.
+
+    A segment is the text between two timestamp tokens. It belongs to the clip it overlaps by more
+    than 0.25 s or by half that clip's length. Returns (text tokens per clip index, unresolved clip
+    indices). A clip is unresolved, and decoded again, when a segment overlaps it and another clip
+    (Whisper merged them), a segment lies in the silence next to it, the window ends in text after
+    its last timestamp that may be its, or no text was assigned to it (Whisper skipped it, or it is
+    silent: the per-clip path applies the no-speech rule).
+    """
+    def counts(overlap: float, clip: PlacedClip) -> bool:
+        return overlap > min(0.25, 0.5 * (clip.end - clip.start))
+
+    texts: dict[int, list[int]] = {clip.index: [] for clip in clips}
+    unresolved: set[int] = set()
+    last: float | None = None
+    text: list[int] = []
+    for token in tokens:
+        if token >= timestamp_begin:
+            now = (token - timestamp_begin) * seconds_per_timestamp
+            if text and last is not None:
+                owners = [clip for clip in clips if counts(min(now, clip.end) - max(last, clip.start), clip)]
+                if len(owners) == 1:
+                    texts[owners[0].index].extend(text)
+                else:  # merged clips, or text in a gap: the clips around it are redone
+                    unresolved.update(clip.index for clip in owners or _near(clips, last, now))
+            text, last = [], now
+        elif token < eot:
+            text.append(token)
+    if text:  # text after the last timestamp, not closed: any clip from there on may be unfinished
+        since = last if last is not None else 0.0
+        unresolved.update(clip.index for clip in clips if clip.end > since)
+    unresolved.update(index for index, assigned in texts.items() if not assigned)
+    return {index: assigned for index, assigned in texts.items() if index not in unresolved}, unresolved
+
+
+def _near(clips: Sequence[PlacedClip], start: float, end: float) -> list[PlacedClip]:
+    """The clips ending just before or starting just after [start, end]."""
+    before = [clip for clip in clips if clip.end <= start + 1e-9]
+    after = [clip for clip in clips if clip.start >= end - 1e-9]
+    return [*before[-1:], *after[:1]]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -428,8 +576,6 @@ class _FasterWhisperRunner(_Runner):
         import ctranslate2
         import numpy as np
         from faster_whisper.audio import pad_or_trim
-        from faster_whisper.tokenizer import Tokenizer
-        from faster_whisper.transcribe import get_suppressed_tokens
 
         whisper = self.model
         extractor = whisper.feature_extractor
@@ -446,29 +592,13 @@ class _FasterWhisperRunner(_Runner):
         else:
             # per clip, the top language token ("<|zh|>" -> "zh"), as WhisperModel.detect_language
             languages = [ranked[0][0][2:-2] for ranked in whisper.model.detect_language(encoded)]
-        tokenizers = {
-            lang: Tokenizer(whisper.hf_tokenizer, whisper.model.is_multilingual, task="transcribe",
-                            language=lang)
-            for lang in set(languages)
-        }
+        tokenizers = {lang: self._tokenizer(lang) for lang in set(languages)}
         some = next(iter(tokenizers.values()))
         prompts = [tokenizers[lang].sot_sequence for lang in languages]  # sot, language, transcribe
         caps = [max_new_tokens(audio) for audio in audios]
         # One max_length for the batch (the caller sorts clips by length, so caps are close); each
         # result is trimmed to its own cap below.
-        results = whisper.model.generate(
-            encoded,
-            prompts,
-            beam_size=DECODING.beam_size,
-            patience=1,
-            length_penalty=1,
-            max_length=len(prompts[0]) + max(caps),
-            return_scores=True,
-            return_no_speech_prob=True,
-            suppress_blank=True,
-            suppress_tokens=list(get_suppressed_tokens(some, [-1])),
-            max_initial_timestamp_index=round(1.0 / 0.02),  # faster-whisper: 1 s, 20 ms steps
-        )
+        results = self._generate(encoded, prompts, len(prompts[0]) + max(caps), some)
         out = []
         for audio, result, cap, lang in zip(audios, results, caps, languages):
             full = result.sequences_ids[0]
@@ -485,6 +615,143 @@ class _FasterWhisperRunner(_Runner):
             out.append((tokenizers[lang].decode([t for t in tokens if t < some.eot]), lang))
         return out
 
+    def transcribe_packed(self, audios: Sequence,
+                          language: str | None) -> list[tuple[str, str | None] | None]:
+        """Short clips packed into shared 30 s windows; None for each clip left to the caller.
+
+        Whisper's encoder costs the same for 2 s of speech as for 30 s, so several clips share one
+        window (pack_windows, 1.5 s of silence between them); each window is decoded with timestamps
+        and its segments are split back to the clips (split_window). Without ``language``, each clip's
+        language is detected on its own (detect_languages); clips detected with a probability below
+        PACK_MIN_LANGUAGE_PROBABILITY are not packed, the others are packed by language; a window
+        whose own detected language differs from its clips' is not decoded. Those clips come back as
+        None. Clips the split leaves unresolved are packed once more with other neighbours; those
+        still unresolved come back as None.
+        """
+        import ctranslate2
+        import numpy as np
+
+        whisper = self.model
+        durations = [len(audio) / SAMPLE_RATE for audio in audios]
+        if language is None and not whisper.model.is_multilingual:
+            language = "en"
+        results: list[tuple[str, str | None] | None] = [None] * len(audios)
+        if language:
+            languages, pending = [language] * len(audios), list(range(len(audios)))
+        else:
+            detected = self.detect_languages(audios)
+            languages = [lang for lang, _ in detected]
+            pending = [i for i, (_, p) in enumerate(detected) if p >= PACK_MIN_LANGUAGE_PROBABILITY]
+        for _ in range(_PACK_ROUNDS):
+            groups: dict[str, list[int]] = {}
+            for i in pending:
+                groups.setdefault(languages[i], []).append(i)
+            windows = [w for group in groups.values() for w in pack_windows(durations, group)]
+            pending = []
+            for b in range(0, len(windows), PACK_WINDOWS_PER_CALL):
+                chunk = windows[b : b + PACK_WINDOWS_PER_CALL]
+                encoded = self._encode_packed(audios, chunk)
+                keep = list(range(len(chunk)))
+                if language is None:  # the whole window must agree: a clip's own detection can be wrong
+                    ranked = whisper.model.detect_language(ctranslate2.StorageView.from_array(encoded))
+                    keep = [w for w in keep if ranked[w][0][0][2:-2] == languages[chunk[w][0].index]]
+                if keep:
+                    subset = np.ascontiguousarray(encoded[keep])
+                    kept = [chunk[w] for w in keep]
+                    pending += self._decode_packed(subset, kept, audios, languages, results)
+            if not pending:
+                break
+        return results
+
+    def detect_languages(self, audios: Sequence) -> list[tuple[str, float]]:
+        """(language, probability) of each clip: an encoder pass over the clip alone (+1 s silence).
+
+        The encoder input is cut to the clip's frames instead of a 30 s window: about 0.03 s per clip
+        instead of 0.45 on 2 cores. Agreement with the 30 s window's detection: 250/250 BELLE clips,
+        80/81 English espeak-ng sentences ("la" once; the packed window's own detection catches that).
+        Detecting on a clip's frames inside a packed window instead is contaminated by its neighbours
+        (a 1.7 s English question between Mandarin ones came out "zh").
+        """
+        import ctranslate2
+        import numpy as np
+        from faster_whisper.audio import pad_or_trim
+
+        extractor = self.model.feature_extractor
+        silence = np.zeros(SAMPLE_RATE, dtype=np.float32)
+        order = sorted(range(len(audios)), key=lambda i: len(audios[i]))
+        languages = [("", 0.0)] * len(audios)
+        for b in range(0, len(order), 8):
+            batch = order[b : b + 8]
+            features = [extractor(np.concatenate([audios[i], silence]))[:, :-1] for i in batch]
+            frames = min(extractor.nb_max_frames, max(f.shape[1] for f in features))
+            frames += frames % 2  # the encoder halves the frame count
+            stacked = np.stack([pad_or_trim(f, frames) for f in features]).astype(np.float32)
+            encoded = self.model.model.encode(ctranslate2.StorageView.from_array(stacked))
+            for i, ranked in zip(batch, self.model.model.detect_language(encoded)):
+                languages[i] = (ranked[0][0][2:-2], ranked[0][1])  # "<|zh|>" -> "zh"
+        return languages
+
+    def _encode_packed(self, audios: Sequence, windows: list[list[PlacedClip]]):
+        """Encoder output (numpy, [windows, 1500, d]) of each window's audio, as transcribe_many does."""
+        import ctranslate2
+        import numpy as np
+        from faster_whisper.audio import pad_or_trim
+
+        extractor = self.model.feature_extractor
+        features = []
+        for window in windows:
+            samples = np.zeros(round((window[-1].end + PACK_GAP_SECONDS) * SAMPLE_RATE), dtype=np.float32)
+            for clip in window:
+                at = round(clip.start * SAMPLE_RATE)
+                samples[at : at + len(audios[clip.index])] = audios[clip.index]
+            features.append(pad_or_trim(extractor(samples)[:, :-1], extractor.nb_max_frames))
+        batch = np.ascontiguousarray(np.stack(features), dtype=np.float32)
+        encoded = self.model.model.encode(ctranslate2.StorageView.from_array(batch))
+        return np.asarray(encoded.to_device(ctranslate2.Device.cpu) if encoded.device != "cpu" else encoded)
+
+    def _decode_packed(self, encoded, windows: list[list[PlacedClip]], audios: Sequence,
+                       languages: list[str | None], results: list) -> list[int]:
+        """Beam-search the windows (one language each), split them; returns the unresolved clips."""
+        import ctranslate2
+
+        tokenizers = [self._tokenizer(languages[window[0].index]) for window in windows]
+        prompts = [tokenizer.sot_sequence for tokenizer in tokenizers]
+        caps = [sum(max_new_tokens(audios[clip.index]) for clip in window) for window in windows]
+        outputs = self._generate(ctranslate2.StorageView.from_array(encoded), prompts,
+                                 len(prompts[0]) + min(max(caps), 440), tokenizers[0])
+        unresolved: list[int] = []
+        for window, tokenizer, output in zip(windows, tokenizers, outputs):
+            tokens = output.sequences_ids[0]
+            texts, left = split_window(tokens, window, tokenizer.timestamp_begin, tokenizer.eot)
+            unresolved += [clip.index for clip in window if clip.index in left]
+            for index, assigned in texts.items():
+                cap = max_new_tokens(audios[index])  # as per clip: a looping clip stops at its cap
+                results[index] = (tokenizer.decode(assigned[:cap]), languages[index])
+        return unresolved
+
+    def _tokenizer(self, language: str | None):
+        from faster_whisper.tokenizer import Tokenizer
+
+        return Tokenizer(self.model.hf_tokenizer, self.model.model.is_multilingual, task="transcribe",
+                         language=language)
+
+    def _generate(self, encoded, prompts: list[list[int]], max_length: int, tokenizer):
+        """WhisperModel.transcribe's beam search for one window per prompt (timestamps on)."""
+        from faster_whisper.transcribe import get_suppressed_tokens
+
+        return self.model.model.generate(
+            encoded,
+            prompts,
+            beam_size=DECODING.beam_size,
+            patience=1,
+            length_penalty=1,
+            max_length=max_length,
+            return_scores=True,
+            return_no_speech_prob=True,
+            suppress_blank=True,
+            suppress_tokens=list(get_suppressed_tokens(tokenizer, [-1])),
+            max_initial_timestamp_index=round(1.0 / 0.02),  # faster-whisper: 1 s, 20 ms steps
+        )
 
 def _ends_in_unfinished_segment(tokens: list[int], timestamp_begin: int) -> bool:
     """faster-whisper's rule for decoding a window again: segments closed, last one left open."""
@@ -532,4 +799,4 @@ class _OpenAIWhisperRunner(_Runner):
 
 def runner_options() -> dict[str, Any]:
     """The decoding options in force (for reports and dataset cards)."""
-    return asdict(DECODING)
+    return asdict(decoding_options())

@@ -737,6 +737,7 @@ def _settings(args: argparse.Namespace, judge_config: JudgeConfig | None) -> dic
         "asr_model": args.asr_model or asr.default_model(args.asr_backend),
         "asr_backend": args.asr_backend,
         "asr_language": ASR_LANGUAGE_HINT[args.set_name],
+        "asr_decoding": asr.runner_options(),
         "judge": None if judge_config is None else {
             "base_url": judge_config.base_url, "model": judge_config.model,
             "temperature": judge_config.temperature,
