@@ -10,13 +10,15 @@ fixed per-request latency. The same loaded Whisper model serves both pipelines (
 excluded from every timing).
 
 - ours, cold: `cs3-bench score` (scoring.run) with empty ASR and judge caches: text channel judged in
-  the background while all speech is transcribed in one transcribe_batch call, then the speech channel
+  the background while all speech is transcribed in one transcribe_batch call (short clips packed into
+  shared Whisper windows, cs3_tasks/asr.py), then the speech channel
   judged concurrently (--concurrency requests in flight), records appended per item;
 - ours, warm: the same command again with --restart (records discarded): every transcript and verdict
   comes from asr.sqlite / judge.sqlite;
 - ours, resume: the same command again without --restart: the records file says everything is done;
-- naive: per item, one after the other: transcribe (no cache), keyword stage, judge the text channel,
-  judge the speech channel (no cache, one request at a time), text metrics.
+- naive: per item, one after the other: transcribe (faster-whisper's WhisperModel.transcribe, no cache),
+  keyword stage, judge the text channel, judge the speech channel (no cache, one request at a time), text
+  metrics.
 """
 
 from __future__ import annotations
@@ -169,7 +171,8 @@ def run_naive(docs: list[dict], outputs: Path, model: str, base_url: str) -> tup
     for doc in docs:
         output = found[doc["Qid"]]
         t0 = time.perf_counter()
-        transcript = asr.transcribe_batch([output.audio], None, model=model, use_cache=False, progress=False)[0]
+        transcript = asr.transcribe_batch([output.audio], None, model=model, use_cache=False, progress=False,
+                                          batch_size=1)[0]  # WhisperModel.transcribe on this one clip
         spent["asr_s"] += time.perf_counter() - t0
         row = {"qid": doc["Qid"]}
         for ch, response in (("text", output.text), ("speech", transcript.text)):

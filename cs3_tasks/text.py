@@ -210,7 +210,11 @@ def _normalize_en_span(span: str, normalizer: str = "whisper_english") -> str:
     span = "".join(" " if unicodedata.category(c)[0] == "C" else c for c in span)  # controls, unassigned
     if normalizer == "whisper_basic":  # non-English embedded language: no English spelling/number rules
         return _SPACES.sub(" ", _basic_whisper_normalizer()(span).lower()).strip()
-    return _SPACES.sub(" ", _whisper_normalizer()(span)).strip()
+    # Whisper's normaliser expands "can't" to "can not" but leaves "cannot": make the three one spelling
+    return _CANNOT.sub("can not", _SPACES.sub(" ", _whisper_normalizer()(span)).strip())
+
+
+_CANNOT = re.compile(r"\bcannot\b")
 
 
 def normalize_en(text: str, pair: LanguagePair | str | None = None) -> str:
