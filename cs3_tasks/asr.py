@@ -102,7 +102,7 @@ PACK_MAX_CLIPS = 6
 # audio Whisper finds hard, where packed segments merge or loop: median top probability 0.999 on BELLE, 0.96
 # on espeak-ng English, 0.67 on espeak-ng's unintelligible Mandarin (10% of it >= 0.8).
 PACK_MIN_LANGUAGE_PROBABILITY = 0.8
-PACK_WINDOWS_PER_CALL = 8  # windows encoded and beam-searched together (2: 0.39, 4: 0.31-0.33, 8: 0.30 s/clip)
+PACK_WINDOWS_PER_CALL = 8  # windows encoded and beam-searched together (2: 0.39, 4: 0.31-0.33, 8: 0.30 s)
 _PACK_ROUNDS = 2  # unresolved clips are packed once more, by language, with other neighbours
 DEFAULT_BATCH_SIZE = 8  # clips per batched decode (faster-whisper); 4/8/16 measured in the report
 MAX_BATCHED_SECONDS = 30.0  # one Whisper window: longer clips are decoded per clip
@@ -573,25 +573,17 @@ class _FasterWhisperRunner(_Runner):
         whose window ends in an unfinished segment, which faster-whisper would decode again from
         its last timestamp, is handed to the per-clip path.
         """
-        import ctranslate2
-        import numpy as np
-        from faster_whisper.audio import pad_or_trim
-
         whisper = self.model
-        extractor = whisper.feature_extractor
-        # As WhisperModel.transcribe: features of the clip itself (not of 30 s of audio), the last
-        # frame dropped, then zero-padded to the 3000-frame window; same encoder input per clip.
-        features = np.stack(
-            [pad_or_trim(extractor(audio)[:, :-1], extractor.nb_max_frames) for audio in audios]
-        ).astype(np.float32)
-        encoded = whisper.model.encode(ctranslate2.StorageView.from_array(np.ascontiguousarray(features)))
+        # Features of the clip itself (not of 30 s of audio), zero-padded to the 3000-frame window:
+        # the same encoder input per clip as WhisperModel.transcribe.
+        features = [self._features(audio) for audio in audios]
+        encoded = self._encode(features, whisper.feature_extractor.nb_max_frames)
         if language is not None:
             languages = [language] * len(audios)
         elif not whisper.model.is_multilingual:
             languages = ["en"] * len(audios)
-        else:
-            # per clip, the top language token ("<|zh|>" -> "zh"), as WhisperModel.detect_language
-            languages = [ranked[0][0][2:-2] for ranked in whisper.model.detect_language(encoded)]
+        else:  # per clip, the top language, as WhisperModel.detect_language
+            languages = [lang for lang, _ in self._top_languages(encoded)]
         tokenizers = {lang: self._tokenizer(lang) for lang in set(languages)}
         some = next(iter(tokenizers.values()))
         prompts = [tokenizers[lang].sot_sequence for lang in languages]  # sot, language, transcribe
@@ -653,8 +645,8 @@ class _FasterWhisperRunner(_Runner):
                 encoded = self._encode_packed(audios, chunk)
                 keep = list(range(len(chunk)))
                 if language is None:  # the whole window must agree: a clip's own detection can be wrong
-                    ranked = whisper.model.detect_language(ctranslate2.StorageView.from_array(encoded))
-                    keep = [w for w in keep if ranked[w][0][0][2:-2] == languages[chunk[w][0].index]]
+                    whole = self._top_languages(ctranslate2.StorageView.from_array(encoded))
+                    keep = [w for w in keep if whole[w][0] == languages[chunk[w][0].index]]
                 if keep:
                     subset = np.ascontiguousarray(encoded[keep])
                     kept = [chunk[w] for w in keep]
@@ -672,41 +664,33 @@ class _FasterWhisperRunner(_Runner):
         Detecting on a clip's frames inside a packed window instead is contaminated by its neighbours
         (a 1.7 s English question between Mandarin ones came out "zh").
         """
-        import ctranslate2
         import numpy as np
-        from faster_whisper.audio import pad_or_trim
 
-        extractor = self.model.feature_extractor
         silence = np.zeros(SAMPLE_RATE, dtype=np.float32)
         order = sorted(range(len(audios)), key=lambda i: len(audios[i]))
         languages = [("", 0.0)] * len(audios)
-        for b in range(0, len(order), 8):
-            batch = order[b : b + 8]
-            features = [extractor(np.concatenate([audios[i], silence]))[:, :-1] for i in batch]
-            frames = min(extractor.nb_max_frames, max(f.shape[1] for f in features))
+        for b in range(0, len(order), DEFAULT_BATCH_SIZE):
+            batch = order[b : b + DEFAULT_BATCH_SIZE]
+            features = [self._features(np.concatenate([audios[i], silence])) for i in batch]
+            frames = min(self.model.feature_extractor.nb_max_frames, max(f.shape[1] for f in features))
             frames += frames % 2  # the encoder halves the frame count
-            stacked = np.stack([pad_or_trim(f, frames) for f in features]).astype(np.float32)
-            encoded = self.model.model.encode(ctranslate2.StorageView.from_array(stacked))
-            for i, ranked in zip(batch, self.model.model.detect_language(encoded)):
-                languages[i] = (ranked[0][0][2:-2], ranked[0][1])  # "<|zh|>" -> "zh"
+            for i, top in zip(batch, self._top_languages(self._encode(features, frames))):
+                languages[i] = top
         return languages
 
     def _encode_packed(self, audios: Sequence, windows: list[list[PlacedClip]]):
         """Encoder output (numpy, [windows, 1500, d]) of each window's audio, as transcribe_many does."""
         import ctranslate2
         import numpy as np
-        from faster_whisper.audio import pad_or_trim
 
-        extractor = self.model.feature_extractor
         features = []
         for window in windows:
             samples = np.zeros(round((window[-1].end + PACK_GAP_SECONDS) * SAMPLE_RATE), dtype=np.float32)
             for clip in window:
                 at = round(clip.start * SAMPLE_RATE)
                 samples[at : at + len(audios[clip.index])] = audios[clip.index]
-            features.append(pad_or_trim(extractor(samples)[:, :-1], extractor.nb_max_frames))
-        batch = np.ascontiguousarray(np.stack(features), dtype=np.float32)
-        encoded = self.model.model.encode(ctranslate2.StorageView.from_array(batch))
+            features.append(self._features(samples))
+        encoded = self._encode(features, self.model.feature_extractor.nb_max_frames)
         return np.asarray(encoded.to_device(ctranslate2.Device.cpu) if encoded.device != "cpu" else encoded)
 
     def _decode_packed(self, encoded, windows: list[list[PlacedClip]], audios: Sequence,
@@ -728,6 +712,23 @@ class _FasterWhisperRunner(_Runner):
                 cap = max_new_tokens(audios[index])  # as per clip: a looping clip stops at its cap
                 results[index] = (tokenizer.decode(assigned[:cap]), languages[index])
         return unresolved
+
+    def _features(self, samples):
+        """Log-mel features of ``samples`` as WhisperModel.transcribe computes them (last frame dropped)."""
+        return self.model.feature_extractor(samples)[:, :-1]
+
+    def _encode(self, features: list, frames: int):
+        """One encoder call over ``features``, each zero-padded or cut to ``frames``."""
+        import ctranslate2
+        import numpy as np
+        from faster_whisper.audio import pad_or_trim
+
+        batch = np.ascontiguousarray(np.stack([pad_or_trim(f, frames) for f in features]), dtype=np.float32)
+        return self.model.model.encode(ctranslate2.StorageView.from_array(batch))
+
+    def _top_languages(self, encoded) -> list[tuple[str, float]]:
+        """The most probable language and its probability per encoded item ("<|zh|>" -> "zh")."""
+        return [(ranked[0][0][2:-2], ranked[0][1]) for ranked in self.model.model.detect_language(encoded)]
 
     def _tokenizer(self, language: str | None):
         from faster_whisper.tokenizer import Tokenizer

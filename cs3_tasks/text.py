@@ -51,6 +51,7 @@ _CJK_RUN = re.compile(f"([{CJK_CLASS}]+)")
 # Whitespace next to a CJK character carries no meaning in Chinese (ASR inserts it at random).
 _SPACE_NEXT_TO_CJK = re.compile(f"(?<=[{CJK_CLASS}])\\s+|\\s+(?=[{CJK_CLASS}])")
 _SPACES = re.compile(r"\s+")
+_CANNOT = re.compile(r"\bcannot\b")  # see _normalize_en_span
 _LATIN_LETTER = re.compile(r"[a-z]")
 _DIGIT = re.compile(r"[0-9]")
 # Brackets of every kind (after NFKC) become spaces before the Whisper normaliser sees the text.
@@ -212,9 +213,6 @@ def _normalize_en_span(span: str, normalizer: str = "whisper_english") -> str:
         return _SPACES.sub(" ", _basic_whisper_normalizer()(span).lower()).strip()
     # Whisper's normaliser expands "can't" to "can not" but leaves "cannot": make the three one spelling
     return _CANNOT.sub("can not", _SPACES.sub(" ", _whisper_normalizer()(span)).strip())
-
-
-_CANNOT = re.compile(r"\bcannot\b")
 
 
 def normalize_en(text: str, pair: LanguagePair | str | None = None) -> str:
