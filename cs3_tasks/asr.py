@@ -44,8 +44,10 @@ Clips whose window ends in an unfinished segment (faster-whisper decodes the res
 30 s go through WhisperModel.transcribe one by one. Each transcript is cached as soon as its batch returns,
 so a kill loses at most the clips in flight.
 
+openai-whisper decodes one clip at a time.
+
 Bounds: a clip shorter than MIN_CLIP_SECONDS is an error ("too short to transcribe"), not a transcript;
-only the first ``max_audio_seconds`` of a longer clip are transcribed, and Transcript.note says so. openai-whisper decodes one clip at a time.
+only the first ``max_audio_seconds`` of a longer clip are transcribed, and Transcript.note says so.
 faster-whisper's BatchedInferencePipeline was no faster here (see benchmarks/belle_asr_cer.py): it
 batches 30 s windows of one long stream, not whole short clips.
 """
