@@ -48,8 +48,9 @@ openai-whisper decodes one clip at a time.
 
 Bounds: a clip shorter than MIN_CLIP_SECONDS is an error ("too short to transcribe"), not a transcript;
 only the first ``max_audio_seconds`` of a longer clip are transcribed, and Transcript.note says so.
-faster-whisper's BatchedInferencePipeline was no faster here (see benchmarks/belle_asr_cer.py): it
-batches 30 s windows of one long stream, not whole short clips.
+faster-whisper's BatchedInferencePipeline, given the clips as one stream with clip_timestamps, batches them
+about as fast as "batched" but its transcripts differ from per-clip decoding on half of the clips (no
+timestamps, one language per call; benchmarks/score_throughput.py).
 """
 
 from __future__ import annotations
