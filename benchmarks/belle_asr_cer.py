@@ -61,8 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--compare", type=int, default=48, help="clips in the batched-vs-sequential run (0: skip)"
     )
-    parser.add_argument("--modes", default="packed,batched",
-                        help="short-clip decodings to run on all clips (CS3_ASR_SHORT_CLIPS values)")
+    parser.add_argument(
+        "--modes",
+        default="packed,batched",
+        help="short-clip decodings to run on all clips (CS3_ASR_SHORT_CLIPS values)",
+    )
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args(argv)
@@ -90,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     for mode in args.modes.split(","):
         os.environ[asr.SHORT_CLIPS_ENV] = mode
         t0 = time.perf_counter()
-        transcripts = asr.transcribe_batch([p for p, _ in pairs], model=model_name, use_cache=False, progress=True)
+        transcripts = asr.transcribe_batch(
+            [p for p, _ in pairs], model=model_name, use_cache=False, progress=True
+        )
         elapsed = time.perf_counter() - t0
         hyps = texts[mode] = [t.text for t in transcripts]
         errors = sum(t.error is not None for t in transcripts)
@@ -104,7 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{mode}] time per clip (decode + ASR, language detection on): {elapsed / len(pairs):.3f} s")
     if len(texts) == 2:
         first, second = texts.values()
-        print(f"identical transcripts in the two modes: {sum(a == b for a, b in zip(first, second))}/{len(pairs)}")
+        print(
+            f"identical transcripts in the two modes: {sum(a == b for a, b in zip(first, second))}/{len(pairs)}"
+        )
     os.environ.pop(asr.SHORT_CLIPS_ENV, None)
 
     if args.compare:

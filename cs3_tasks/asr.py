@@ -283,11 +283,20 @@ def transcribe_batch(
                 # packed: a transcript depends on its packing group, so the group is part of its key
                 group_key = stable_key(sorted({hashes[i] for i in group})) if packed else None
                 for i in group:
-                    keys[i] = stable_key("asr", hashes[i], backend, model_id, language, asdict(options),
-                                         *([group_key] if packed else []))
+                    keys[i] = stable_key(
+                        "asr",
+                        hashes[i],
+                        backend,
+                        model_id,
+                        language,
+                        asdict(options),
+                        *([group_key] if packed else []),
+                    )
                     hit = cache.get(keys[i])
                     if hit is not None:
-                        results[i] = Transcript(text=hit["text"], language=hit["language"], note=hit.get("note"))
+                        results[i] = Transcript(
+                            text=hit["text"], language=hit["language"], note=hit.get("note")
+                        )
         if packed:  # a group is decoded whole: its cached clips are neighbours of the others
             todo = [group for group in groups if any(results[i] is None for i in group)]
         else:
@@ -302,15 +311,25 @@ def transcribe_batch(
                     for i in group:
                         copies.setdefault(hashes[i], []).append(i)
                     for i, transcript, cacheable in _transcribe_window(
-                        runner, audios, [same[0] for same in copies.values()], language, batch_size,
+                        runner,
+                        audios,
+                        [same[0] for same in copies.values()],
+                        language,
+                        batch_size,
                         packed=packed,
                     ):
                         for j in copies[hashes[i]]:
                             results[j] = transcript
                         # cached at once: a kill loses only the clips in flight
                         if cache is not None and cacheable and transcript.error is None and keys[i]:
-                            cache.put(keys[i], {"text": transcript.text, "language": transcript.language,
-                                                "note": transcript.note})
+                            cache.put(
+                                keys[i],
+                                {
+                                    "text": transcript.text,
+                                    "language": transcript.language,
+                                    "note": transcript.note,
+                                },
+                            )
                         if bar is not None:
                             bar.update(1)
             finally:
@@ -336,8 +355,10 @@ def _decode_groups(hashes: Sequence[str | None], packed: bool) -> list[list[int]
     for i in indices:
         by_hash.setdefault(hashes[i], []).append(i)
     distinct = sorted(by_hash)
-    return [[i for h in distinct[w : w + _DECODE_WINDOW] for i in by_hash[h]]
-            for w in range(0, len(distinct), _DECODE_WINDOW)]
+    return [
+        [i for h in distinct[w : w + _DECODE_WINDOW] for i in by_hash[h]]
+        for w in range(0, len(distinct), _DECODE_WINDOW)
+    ]
 
 
 def _joined(model_name: str) -> str:
@@ -348,8 +369,14 @@ def _joined(model_name: str) -> str:
     return model_name
 
 
-def _transcribe_window(runner: _Runner, audios: Sequence[AudioSource], indices: list[int],
-                       language: str | None, batch_size: int, packed: bool = True):
+def _transcribe_window(
+    runner: _Runner,
+    audios: Sequence[AudioSource],
+    indices: list[int],
+    language: str | None,
+    batch_size: int,
+    packed: bool = True,
+):
     """Yield (index, Transcript, cacheable) for each index, decoding short clips together.
 
     Audio is decoded per item first, so a bad clip only fails itself. Short clips are sorted by
@@ -366,8 +393,10 @@ def _transcribe_window(runner: _Runner, audios: Sequence[AudioSource], indices: 
         audio = _load(audios[i])
         cap = int(DECODING.max_audio_seconds * SAMPLE_RATE)
         if not isinstance(audio, Transcript) and len(audio) > cap:
-            notes[i] = (f"only the first {DECODING.max_audio_seconds:g} s of {len(audio) / SAMPLE_RATE:.1f} s "
-                        "were transcribed")
+            notes[i] = (
+                f"only the first {DECODING.max_audio_seconds:g} s of {len(audio) / SAMPLE_RATE:.1f} s "
+                "were transcribed"
+            )
             audio = audio[:cap]
         if isinstance(audio, Transcript):
             yield i, audio, False
@@ -383,8 +412,12 @@ def _transcribe_window(runner: _Runner, audios: Sequence[AudioSource], indices: 
         try:
             packed_out = pack([audio for _, audio in short], language)
         except Exception as exc:  # noqa: BLE001 - the batched path below decodes them instead
-            log.warning("packed ASR failed (%s: %s); decoding its %d clips in batches",
-                        type(exc).__name__, exc, len(short))
+            log.warning(
+                "packed ASR failed (%s: %s); decoding its %d clips in batches",
+                type(exc).__name__,
+                exc,
+                len(short),
+            )
             packed_out = [None] * len(short)
         unresolved = []
         for (i, audio), out in zip(short, packed_out):
@@ -398,8 +431,12 @@ def _transcribe_window(runner: _Runner, audios: Sequence[AudioSource], indices: 
         try:
             outputs = batched([audio for _, audio in batch], language)
         except Exception as exc:  # noqa: BLE001 - retried per clip below, so one bad clip fails alone
-            log.warning("batched ASR failed (%s: %s); decoding its %d clips one by one",
-                        type(exc).__name__, exc, len(batch))
+            log.warning(
+                "batched ASR failed (%s: %s); decoding its %d clips one by one",
+                type(exc).__name__,
+                exc,
+                len(batch),
+            )
             for i, audio in batch:
                 yield i, _noted(_transcribe_one(runner, audio, language), notes.get(i)), False
             continue
@@ -422,8 +459,12 @@ def _load(source: AudioSource):
     try:
         audio = load_audio(source, SAMPLE_RATE)
         if len(audio) < MIN_CLIP_SECONDS * SAMPLE_RATE:
-            return Transcript("", None, error=f"audio_error: too short to transcribe ({len(audio) / SAMPLE_RATE:.4f} "
-                                             f"s; at least {MIN_CLIP_SECONDS:g} s)")
+            return Transcript(
+                "",
+                None,
+                error=f"audio_error: too short to transcribe ({len(audio) / SAMPLE_RATE:.4f} "
+                f"s; at least {MIN_CLIP_SECONDS:g} s)",
+            )
         return audio
     except AudioError as exc:
         return Transcript("", None, error=f"audio_error: {exc}")
@@ -484,9 +525,13 @@ class PlacedClip:
     end: float
 
 
-def pack_windows(durations: Sequence[float], indices: Sequence[int] | None = None,
-                 window_seconds: float = PACK_WINDOW_SECONDS, gap_seconds: float = PACK_GAP_SECONDS,
-                 max_clips: int = PACK_MAX_CLIPS) -> list[list[PlacedClip]]:
+def pack_windows(
+    durations: Sequence[float],
+    indices: Sequence[int] | None = None,
+    window_seconds: float = PACK_WINDOW_SECONDS,
+    gap_seconds: float = PACK_GAP_SECONDS,
+    max_clips: int = PACK_MAX_CLIPS,
+) -> list[list[PlacedClip]]:
     """Greedy packing, in order: half a gap of silence, then clip, gap, clip, gap... per window.
 
     A clip that does not fit in a window even alone is left out (it is decoded on its own).
@@ -508,8 +553,13 @@ def pack_windows(durations: Sequence[float], indices: Sequence[int] | None = Non
     return windows
 
 
-def split_window(tokens: Sequence[int], clips: Sequence[PlacedClip], timestamp_begin: int, eot: int,
-                 seconds_per_timestamp: float = 0.02) -> tuple[dict[int, list[int]], set[int]]:
+def split_window(
+    tokens: Sequence[int],
+    clips: Sequence[PlacedClip],
+    timestamp_begin: int,
+    eot: int,
+    seconds_per_timestamp: float = 0.02,
+) -> tuple[dict[int, list[int]], set[int]]:
     """Assign the segments Whisper decoded in a packed window to its clips.
 
     A segment is the text between two timestamp tokens. It belongs to the clip it overlaps by more
@@ -519,6 +569,7 @@ def split_window(tokens: Sequence[int], clips: Sequence[PlacedClip], timestamp_b
     its last timestamp that may be its, or no text was assigned to it (Whisper skipped it, or it is
     silent: the per-clip path applies the no-speech rule).
     """
+
     def counts(overlap: float, clip: PlacedClip) -> bool:
         return overlap > min(0.25, 0.5 * (clip.end - clip.start))
 
@@ -638,7 +689,6 @@ class _FasterWhisperRunner(_Runner):
         text = "".join(segment.text for segment in segments)  # the generator does the decoding
         return text, info.language
 
-
     def transcribe_many(self, audios: Sequence, language: str | None) -> list[tuple[str, str | None]]:
         """Clips of at most 30 s decoded together: one encode, per-clip language, one beam search.
 
@@ -681,8 +731,9 @@ class _FasterWhisperRunner(_Runner):
             out.append((tokenizers[lang].decode([t for t in tokens if t < some.eot]), lang))
         return out
 
-    def transcribe_packed(self, audios: Sequence,
-                          language: str | None) -> list[tuple[str, str | None] | None]:
+    def transcribe_packed(
+        self, audios: Sequence, language: str | None
+    ) -> list[tuple[str, str | None] | None]:
         """Short clips packed into shared 30 s windows; None for each clip left to the caller.
 
         Whisper's encoder costs the same for 2 s of speech as for 30 s, so several clips share one
@@ -767,16 +818,26 @@ class _FasterWhisperRunner(_Runner):
         encoded = self._encode(features, self.model.feature_extractor.nb_max_frames)
         return np.asarray(encoded.to_device(ctranslate2.Device.cpu) if encoded.device != "cpu" else encoded)
 
-    def _decode_packed(self, encoded, windows: list[list[PlacedClip]], audios: Sequence,
-                       languages: list[str | None], results: list) -> list[int]:
+    def _decode_packed(
+        self,
+        encoded,
+        windows: list[list[PlacedClip]],
+        audios: Sequence,
+        languages: list[str | None],
+        results: list,
+    ) -> list[int]:
         """Beam-search the windows (one language each), split them; returns the unresolved clips."""
         import ctranslate2
 
         tokenizers = [self._tokenizer(languages[window[0].index]) for window in windows]
         prompts = [tokenizer.sot_sequence for tokenizer in tokenizers]
         caps = [sum(max_new_tokens(audios[clip.index]) for clip in window) for window in windows]
-        outputs = self._generate(ctranslate2.StorageView.from_array(encoded), prompts,
-                                 len(prompts[0]) + min(max(caps), 440), tokenizers[0])
+        outputs = self._generate(
+            ctranslate2.StorageView.from_array(encoded),
+            prompts,
+            len(prompts[0]) + min(max(caps), 440),
+            tokenizers[0],
+        )
         unresolved: list[int] = []
         for window, tokenizer, output in zip(windows, tokenizers, outputs):
             tokens = output.sequences_ids[0]
@@ -807,8 +868,9 @@ class _FasterWhisperRunner(_Runner):
     def _tokenizer(self, language: str | None):
         from faster_whisper.tokenizer import Tokenizer
 
-        return Tokenizer(self.model.hf_tokenizer, self.model.model.is_multilingual, task="transcribe",
-                         language=language)
+        return Tokenizer(
+            self.model.hf_tokenizer, self.model.model.is_multilingual, task="transcribe", language=language
+        )
 
     def _generate(self, encoded, prompts: list[list[int]], max_length: int, tokenizer):
         """WhisperModel.transcribe's beam search for one window per prompt (timestamps on)."""
@@ -827,6 +889,7 @@ class _FasterWhisperRunner(_Runner):
             suppress_tokens=list(get_suppressed_tokens(tokenizer, [-1])),
             max_initial_timestamp_index=round(1.0 / 0.02),  # faster-whisper: 1 s, 20 ms steps
         )
+
 
 def _ends_in_unfinished_segment(tokens: list[int], timestamp_begin: int) -> bool:
     """faster-whisper's rule for decoding a window again: segments closed, last one left open."""

@@ -63,8 +63,11 @@ REDACTED = "***"
 # Named configurations: `--judge-preset gpt-4o-mini` is all it takes to switch judges.
 PRESETS: dict[str, dict[str, str]] = {
     "qwen-max": {"base_url": DEFAULT_BASE_URL, "model": DEFAULT_MODEL, "api_key_env": DEFAULT_API_KEY_ENV},
-    "gpt-4o-mini": {"base_url": "https://api.openai.com/v1", "model": "gpt-4o-mini",
-                    "api_key_env": "OPENAI_API_KEY"},
+    "gpt-4o-mini": {
+        "base_url": "https://api.openai.com/v1",
+        "model": "gpt-4o-mini",
+        "api_key_env": "OPENAI_API_KEY",
+    },
     "vllm": {"base_url": "http://localhost:8000/v1", "model": "Qwen/Qwen2.5-7B-Instruct", "api_key_env": ""},
     "ollama": {"base_url": "http://localhost:11434/v1", "model": "qwen2.5:7b", "api_key_env": ""},
 }
@@ -120,8 +123,11 @@ class JudgeConfig:
             if preset not in PRESETS:
                 raise JudgeConfigError(f"unknown judge preset {preset!r}; choose from {sorted(PRESETS)}")
             given = {**PRESETS[preset], **given}
-        env = {"base_url": os.environ.get(ENV_BASE_URL), "model": os.environ.get(ENV_MODEL),
-               "api_key_env": os.environ.get(ENV_API_KEY_ENV)}
+        env = {
+            "base_url": os.environ.get(ENV_BASE_URL),
+            "model": os.environ.get(ENV_MODEL),
+            "api_key_env": os.environ.get(ENV_API_KEY_ENV),
+        }
         if "base_url" in given and "api_key_env" not in given:
             env["api_key_env"] = None  # the env key variable belongs to the env/default endpoint
         for name, value in env.items():
@@ -180,8 +186,10 @@ class JudgeConfig:
             elif _ENV_NAME.fullmatch(self.api_key_env):
                 how = f"environment variable {self.api_key_env} is not set"
             else:  # most likely the key itself: never echo it
-                how = (f"the API key variable given ({len(self.api_key_env)} characters, not shown) is not an "
-                       "environment variable name; pass the name of the variable that holds the key, not the key")
+                how = (
+                    f"the API key variable given ({len(self.api_key_env)} characters, not shown) is not an "
+                    "environment variable name; pass the name of the variable that holds the key, not the key"
+                )
             raise JudgeConfigError(
                 f"LLM judge {self.model} at {self.public_base_url}: {how}. Export the key, name its variable with "
                 f"--judge-api-key-env / ${ENV_API_KEY_ENV}, point the judge elsewhere (--judge-preset, "
@@ -193,8 +201,10 @@ class JudgeConfig:
 # What an environment variable holding a key is called (DASHSCOPE_API_KEY); anything else is not printed.
 _ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 # Query parameters whose value is a credential (api-key=, key=, token=, sig=, password=, ...).
-_SECRET_NAME = re.compile(r"(?i)(?:^|[-_.])(?:api[-_]?key|key|token|access[-_]?token|secret|password|passwd|pwd|"
-                          r"sig|signature|auth|authorization|credential)$")
+_SECRET_NAME = re.compile(
+    r"(?i)(?:^|[-_.])(?:api[-_]?key|key|token|access[-_]?token|secret|password|passwd|pwd|"
+    r"sig|signature|auth|authorization|credential)$"
+)
 _QUERY_PARAM = re.compile(r"([?&;])([A-Za-z0-9_.-]+)=([^&#\s'\"<>,)]*)")
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"<>]+@")
 # "Bearer sk-..." / "Authorization: Basic ..." in an error text or an echoed header.
@@ -216,7 +226,8 @@ def redact(text: str | None, *secrets: str | None) -> str | None:
         text = text.replace(secret, REDACTED)
     text = _USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
     text = _QUERY_PARAM.sub(
-        lambda m: f"{m.group(1)}{m.group(2)}={REDACTED}" if _SECRET_NAME.search(m.group(2)) else m.group(0), text
+        lambda m: f"{m.group(1)}{m.group(2)}={REDACTED}" if _SECRET_NAME.search(m.group(2)) else m.group(0),
+        text,
     )
     return _AUTH_HEADER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
 
@@ -298,8 +309,9 @@ def load_prompt(name: str) -> str:
     """The text of ``cs3_tasks/prompts/<name>.txt`` (package data)."""
     path = resources.files("cs3_tasks.prompts").joinpath(f"{name}.txt")
     if not path.is_file():
-        available = sorted(p.name[:-4] for p in resources.files("cs3_tasks.prompts").iterdir()
-                           if p.name.endswith(".txt"))
+        available = sorted(
+            p.name[:-4] for p in resources.files("cs3_tasks.prompts").iterdir() if p.name.endswith(".txt")
+        )
         raise FileNotFoundError(f"no judge prompt {name!r}; available: {available}")
     return path.read_text(encoding="utf-8")
 
@@ -347,7 +359,9 @@ def parse_knowledge_verdict(reply: str, language: str = "zh") -> bool:
     echo of the format ("正确/错误") raise UnparseableReply.
     """
     if language not in _VERDICT_TOKENS:
-        raise ValueError(f"knowledge judge language must be one of {sorted(_VERDICT_TOKENS)}, got {language!r}")
+        raise ValueError(
+            f"knowledge judge language must be one of {sorted(_VERDICT_TOKENS)}, got {language!r}"
+        )
     tokens = _VERDICT_TOKENS[language]
     text = unicodedata.normalize("NFKC", reply or "")
     flags = re.IGNORECASE if language == "en" else 0
@@ -393,8 +407,9 @@ def parse_score(reply: str, low: int = 1, high: int = 5) -> int:
     out-of-range score raise UnparseableReply.
     """
     text = unicodedata.normalize("NFKC", reply or "")
-    labelled = re.findall(r"(?:" + _SCORE_LABEL + r")[\s*_`]*(?::|为|是)?[\s*_`]*" + _BRACKET_NUMBER,
-                          text, re.IGNORECASE)
+    labelled = re.findall(
+        r"(?:" + _SCORE_LABEL + r")[\s*_`]*(?::|为|是)?[\s*_`]*" + _BRACKET_NUMBER, text, re.IGNORECASE
+    )
     candidates = labelled or re.findall(_BRACKET_NUMBER, text)
     if not candidates:
         raise UnparseableReply("no [n] score found")
@@ -479,9 +494,12 @@ def _read_body(response: requests.Response, deadline: float, timeout: float) -> 
             chunk = response.raw.read1(65536, decode_content=True)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             if time.monotonic() >= deadline - 0.01:
-                raise _RetryableError(f"timeout after {timeout:g} s (whole request; {len(body)} bytes "
-                                      "received)") from exc
-            raise _RetryableError(f"connection error while reading the reply: {_snippet(str(exc), 160)}") from exc
+                raise _RetryableError(
+                    f"timeout after {timeout:g} s (whole request; {len(body)} bytes received)"
+                ) from exc
+            raise _RetryableError(
+                f"connection error while reading the reply: {_snippet(str(exc), 160)}"
+            ) from exc
         if not chunk:
             return bytes(body)
         body += chunk
@@ -489,8 +507,13 @@ def _read_body(response: requests.Response, deadline: float, timeout: float) -> 
             raise _FatalError(f"reply body larger than {MAX_REPLY_BYTES} bytes: not read further")
 
 
-def chat_completion(messages: Sequence[dict], config: JudgeConfig, *, api_key: str | None = None,
-                    session: requests.Session | None = None) -> str:
+def chat_completion(
+    messages: Sequence[dict],
+    config: JudgeConfig,
+    *,
+    api_key: str | None = None,
+    session: requests.Session | None = None,
+) -> str:
     """One POST {base_url}/chat/completions, no retry: the assistant message text.
 
     ``config.timeout`` bounds the whole request (connect, headers and body), not each read. Raises
@@ -498,8 +521,11 @@ def chat_completion(messages: Sequence[dict], config: JudgeConfig, *, api_key: s
     a body over MAX_REPLY_BYTES); ``ask_batch`` turns them into retries and judge_error verdicts. Error
     texts are redacted (`redact`: URL credentials and the key).
     """
-    payload: dict[str, Any] = {"model": config.model, "messages": list(messages),
-                               "temperature": config.temperature}
+    payload: dict[str, Any] = {
+        "model": config.model,
+        "messages": list(messages),
+        "temperature": config.temperature,
+    }
     if config.max_tokens is not None:
         payload["max_tokens"] = config.max_tokens
     headers = {"Content-Type": "application/json"}
@@ -509,7 +535,9 @@ def chat_completion(messages: Sequence[dict], config: JudgeConfig, *, api_key: s
     deadline = time.monotonic() + config.timeout
     try:
         try:
-            response = post(config.endpoint, json=payload, headers=headers, timeout=config.timeout, stream=True)
+            response = post(
+                config.endpoint, json=payload, headers=headers, timeout=config.timeout, stream=True
+            )
             try:
                 body = _read_body(response, deadline, config.timeout)
             finally:
@@ -554,8 +582,14 @@ def _wait(config: JudgeConfig) -> Callable[[tenacity.RetryCallState], float]:
 
 def _cache_key(config: JudgeConfig, messages: Sequence[dict]) -> str:
     # base_url is part of the key: a model name means different weights on different servers.
-    return stable_key(_CACHE_SCHEMA, config.base_url.rstrip("/"), config.model, list(messages),
-                      config.temperature, config.max_tokens)
+    return stable_key(
+        _CACHE_SCHEMA,
+        config.base_url.rstrip("/"),
+        config.model,
+        list(messages),
+        config.temperature,
+        config.max_tokens,
+    )
 
 
 def _error_verdict(cause: str, raw: str = "", note: str | None = None) -> Verdict:
@@ -576,8 +610,13 @@ def _join_notes(*notes: str | None) -> str | None:
     return "; ".join(kept) if kept else None
 
 
-def _ask_one(messages: Sequence[dict], parse: Callable[[str], Any], config: JudgeConfig,
-             api_key: str | None, session: requests.Session) -> Verdict:
+def _ask_one(
+    messages: Sequence[dict],
+    parse: Callable[[str], Any],
+    config: JudgeConfig,
+    api_key: str | None,
+    session: requests.Session,
+) -> Verdict:
     attempts = 0
     messages, request_note = bounded_messages(messages)
     secrets = (api_key, *url_secrets(config.base_url))
@@ -585,8 +624,9 @@ def _ask_one(messages: Sequence[dict], parse: Callable[[str], Any], config: Judg
     def attempt() -> Verdict:
         nonlocal attempts
         attempts += 1
-        raw, reply_note = bounded_reply(chat_completion(messages, config, api_key=api_key, session=session),
-                                        *secrets)
+        raw, reply_note = bounded_reply(
+            chat_completion(messages, config, api_key=api_key, session=session), *secrets
+        )
         try:
             return Verdict(value=parse(raw), raw=raw, note=_join_notes(request_note, reply_note))
         except UnparseableReply as exc:  # re-ask: the next sample may follow the format
@@ -606,12 +646,19 @@ def _ask_one(messages: Sequence[dict], parse: Callable[[str], Any], config: Judg
     except _FatalError as exc:
         return _error_verdict(exc.cause, exc.raw, request_note)
     except Exception as exc:  # noqa: BLE001 - a bug must not sink the other items; recorded, not hidden
-        return _error_verdict(f"unexpected {type(exc).__name__}: {_snippet(redact(str(exc), *secrets))}",
-                              note=request_note)
+        return _error_verdict(
+            f"unexpected {type(exc).__name__}: {_snippet(redact(str(exc), *secrets))}", note=request_note
+        )
 
 
-def ask_batch(prompts: Sequence[str | Sequence[dict]], parse: Callable[[str], Any], config: JudgeConfig, *,
-              progress: bool = False, desc: str = "judge") -> list[Verdict]:
+def ask_batch(
+    prompts: Sequence[str | Sequence[dict]],
+    parse: Callable[[str], Any],
+    config: JudgeConfig,
+    *,
+    progress: bool = False,
+    desc: str = "judge",
+) -> list[Verdict]:
     """Ask the model once per prompt; a Verdict per prompt, in order.
 
     A prompt is a str (sent as one user message, as the reference judge does) or a full chat message
@@ -624,8 +671,9 @@ def ask_batch(prompts: Sequence[str | Sequence[dict]], parse: Callable[[str], An
     """
     if not prompts:
         return []
-    messages_list = [[{"role": "user", "content": p}] if isinstance(p, str) else [dict(m) for m in p]
-                     for p in prompts]
+    messages_list = [
+        [{"role": "user", "content": p}] if isinstance(p, str) else [dict(m) for m in p] for p in prompts
+    ]
     keys = [_cache_key(config, m) for m in messages_list]
     unique = dict(zip(keys, messages_list))  # insertion-ordered, one entry per distinct prompt
     cache = SqliteCache(config.resolved_cache_path()) if config.use_cache else None
@@ -648,9 +696,15 @@ def ask_batch(prompts: Sequence[str | Sequence[dict]], parse: Callable[[str], An
     return [done[k] for k in keys]
 
 
-def _run_pending(pending: list[str], unique: dict[str, list[dict]], parse: Callable[[str], Any],
-                 config: JudgeConfig, cache: SqliteCache | None, progress: bool,
-                 desc: str) -> dict[str, Verdict]:
+def _run_pending(
+    pending: list[str],
+    unique: dict[str, list[dict]],
+    parse: Callable[[str], Any],
+    config: JudgeConfig,
+    cache: SqliteCache | None,
+    progress: bool,
+    desc: str,
+) -> dict[str, Verdict]:
     api_key = config.validate()
     local = threading.local()
     sessions: list[requests.Session] = []
@@ -701,46 +755,81 @@ def _check_texts(item: Any, names: Sequence[str]) -> None:
 
 def knowledge_prompt(item: KnowledgeItem, language: str = "zh") -> str:
     _check_texts(item, ("question", "reference", "response"))
-    return render_prompt(load_prompt(f"knowledge_{language}"), question=item.question,
-                         reference=item.reference, reference_en=item.reference_en, response=item.response)
+    return render_prompt(
+        load_prompt(f"knowledge_{language}"),
+        question=item.question,
+        reference=item.reference,
+        reference_en=item.reference_en,
+        response=item.response,
+    )
 
 
 def open_ended_prompt(item: OpenEndedItem, aspect: str, language: str = "zh") -> str:
     if aspect not in ("relevance", "semantic"):
         raise ValueError(f"open-ended aspect must be 'relevance' or 'semantic', got {aspect!r}")
     _check_texts(item, ("question", "response"))
-    return render_prompt(load_prompt(f"open_{aspect}_{language}"), question=item.question,
-                         reference=item.reference, response=item.response)
+    return render_prompt(
+        load_prompt(f"open_{aspect}_{language}"),
+        question=item.question,
+        reference=item.reference,
+        response=item.response,
+    )
 
 
-def conversation_prompt(item: ConversationItem, language: str = "en", target_language: str = "English",
-                        template: str | None = None) -> str:
+def conversation_prompt(
+    item: ConversationItem,
+    language: str = "en",
+    target_language: str = "English",
+    template: str | None = None,
+) -> str:
     """``template``: the prompt text itself (e.g. a language pair's own prompt file); default: the package
     prompt ``conversation_<language>``."""
     _check_texts(item, ("question", "response"))
-    return render_prompt(template if template is not None else load_prompt(f"conversation_{language}"),
-                         question=item.question, reference=item.reference, response=item.response,
-                         target_language=target_language)
+    return render_prompt(
+        template if template is not None else load_prompt(f"conversation_{language}"),
+        question=item.question,
+        reference=item.reference,
+        response=item.response,
+        target_language=target_language,
+    )
 
 
-def judge_knowledge(items: Sequence[KnowledgeItem], config: JudgeConfig, *, language: str = "zh",
-                    progress: bool = False) -> list[Verdict]:
+def judge_knowledge(
+    items: Sequence[KnowledgeItem], config: JudgeConfig, *, language: str = "zh", progress: bool = False
+) -> list[Verdict]:
     """Is each response consistent with the reference answer? value True/False (None on judge_error)."""
     prompts = [knowledge_prompt(item, language) for item in items]
-    return ask_batch(prompts, lambda raw: parse_knowledge_verdict(raw, language), config,
-                     progress=progress, desc=f"judge knowledge ({language})")
+    return ask_batch(
+        prompts,
+        lambda raw: parse_knowledge_verdict(raw, language),
+        config,
+        progress=progress,
+        desc=f"judge knowledge ({language})",
+    )
 
 
-def judge_open_ended(items: Sequence[OpenEndedItem], config: JudgeConfig, *, aspect: str,
-                     language: str = "zh", progress: bool = False) -> list[Verdict]:
+def judge_open_ended(
+    items: Sequence[OpenEndedItem],
+    config: JudgeConfig,
+    *,
+    aspect: str,
+    language: str = "zh",
+    progress: bool = False,
+) -> list[Verdict]:
     """1-5 score of each response: aspect "relevance" (understood the question) or "semantic"."""
     prompts = [open_ended_prompt(item, aspect, language) for item in items]
     return ask_batch(prompts, parse_score, config, progress=progress, desc=f"judge {aspect}")
 
 
-def judge_conversation(items: Sequence[ConversationItem], config: JudgeConfig, *, language: str = "en",
-                       target_language: str = "English", progress: bool = False,
-                       template: str | None = None) -> list[Verdict]:
+def judge_conversation(
+    items: Sequence[ConversationItem],
+    config: JudgeConfig,
+    *,
+    language: str = "en",
+    target_language: str = "English",
+    progress: bool = False,
+    template: str | None = None,
+) -> list[Verdict]:
     """1-5 helpfulness/correctness score of each response (the "GPT score" of spoken conversation).
 
     ``template`` overrides the package prompt (a language pair's ``prompts.conversation``)."""
@@ -759,21 +848,48 @@ def add_judge_arguments(parser: argparse.ArgumentParser) -> None:
         f"Default: {DEFAULT_MODEL} at {DEFAULT_BASE_URL} with ${DEFAULT_API_KEY_ENV}. "
         f"Environment: ${ENV_BASE_URL}, ${ENV_MODEL}, ${ENV_API_KEY_ENV}.",
     )
-    group.add_argument("--judge-preset", choices=sorted(PRESETS), default=None,
-                       help="a named judge configuration (options below override it)")
+    group.add_argument(
+        "--judge-preset",
+        choices=sorted(PRESETS),
+        default=None,
+        help="a named judge configuration (options below override it)",
+    )
     group.add_argument("--judge-model", default=None, help=f"judge model name (default {DEFAULT_MODEL})")
-    group.add_argument("--judge-base-url", default=None,
-                       help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
-    group.add_argument("--judge-api-key-env", default=None, metavar="VAR",
-                       help="environment variable holding the API key (not the key itself)")
-    group.add_argument("--judge-concurrency", type=int, default=None, metavar="N",
-                       help="requests in flight at once (default 8)")
-    group.add_argument("--judge-timeout", type=float, default=None, metavar="SECONDS",
-                       help="bound of one whole request: connect, wait and read (default 60)")
-    group.add_argument("--judge-cache", type=Path, default=None, metavar="PATH",
-                       help="sqlite cache file (default <cache dir>/judge.sqlite)")
-    group.add_argument("--no-judge", action="store_true",
-                       help="no LLM judge: keyword-only accuracy, unresolved items are counted")
+    group.add_argument(
+        "--judge-base-url", default=None, help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1"
+    )
+    group.add_argument(
+        "--judge-api-key-env",
+        default=None,
+        metavar="VAR",
+        help="environment variable holding the API key (not the key itself)",
+    )
+    group.add_argument(
+        "--judge-concurrency",
+        type=int,
+        default=None,
+        metavar="N",
+        help="requests in flight at once (default 8)",
+    )
+    group.add_argument(
+        "--judge-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="bound of one whole request: connect, wait and read (default 60)",
+    )
+    group.add_argument(
+        "--judge-cache",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="sqlite cache file (default <cache dir>/judge.sqlite)",
+    )
+    group.add_argument(
+        "--no-judge",
+        action="store_true",
+        help="no LLM judge: keyword-only accuracy, unresolved items are counted",
+    )
 
 
 def judge_config_from_args(args: argparse.Namespace) -> JudgeConfig | None:
