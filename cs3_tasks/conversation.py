@@ -95,7 +95,7 @@ def score_conversation(
     from cs3_tasks import judge as judge_module
     from cs3_tasks import metrics, text
     from cs3_tasks.languages import load_pair
-    from cs3_tasks.scoring import _audio_label
+    from cs3_tasks.outputs import audio_label
 
     pair = load_pair(pair)
     expected = pair.response_language_of(set_name)
@@ -121,7 +121,7 @@ def score_conversation(
             pairs.append((None, output))
     for record, (doc, output) in zip(records, pairs):
         if output is not None and doc is not None:
-            record["text"], record["audio"] = output.text, _audio_label(output.audio)
+            record["text"], record["audio"] = output.text, audio_label(output.audio)
 
     # speech channel: one batched ASR call, with the pair's language hint
     speech = [

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cs3_tasks.cache import AudioCache, atomic_write
+
 if TYPE_CHECKING:  # pragma: no cover
     import datasets
 
@@ -211,7 +213,7 @@ def build_conversation_set(
                 for item in to_speak
             ]
         }
-        cache = build.AudioCache(Path(cache_dir) if cache_dir else out / ".cache" / "tts")
+        cache = AudioCache(Path(cache_dir) if cache_dir else out / ".cache" / "tts")
         spoken, synth_failures, hits = build.synthesize_all(plan, cache, jobs=jobs, progress=progress)
         flac.update({qid: blob for (_, qid), blob in spoken.items()})
         failures += [(f.qid, f.cause) for f in synth_failures]
@@ -265,7 +267,7 @@ def add_config_to_card(
     """
     import yaml
 
-    from cs3_tasks import build
+    from cs3_tasks.audio import SAMPLE_RATE
 
     path = Path(out) / CARD
     front, body = _split_card(path.read_text(encoding="utf-8")) if path.is_file() else ({}, "")
@@ -277,7 +279,7 @@ def add_config_to_card(
     ]
     features = [
         {"name": columns[0], "dtype": "string"},
-        {"name": "audio", "dtype": {"audio": {"sampling_rate": build.SAMPLE_RATE}}},
+        {"name": "audio", "dtype": {"audio": {"sampling_rate": SAMPLE_RATE}}},
     ]
     features += [{"name": name, "dtype": "string"} for name in columns[1:]]
     front["dataset_info"] = [i for i in front.get("dataset_info") or [] if i.get("config_name") != config] + [
@@ -306,7 +308,7 @@ def add_config_to_card(
         f"`{pair.name}` (cs3-bench `cs3_tasks/languages`).\n{incomplete}{marker_end}\n"
     )
     header = "---\n" + yaml.safe_dump(front, sort_keys=False, allow_unicode=True) + "---\n"
-    build._atomic_write(path, (header + body.rstrip("\n") + "\n\n" + section).encode("utf-8"))
+    atomic_write(path, header + body.rstrip("\n") + "\n\n" + section)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -337,8 +339,8 @@ def load_conversation_set(config: str, location: str | None = None) -> datasets.
                 f"--out {local} ...` (see docs/adding_a_language_pair.md)"
             )
         ds = datasets.load_dataset(str(local), config, split=data.SPLIT)
-    elif data._is_hub_id(where):
-        ds = data._load_from_hub(where, config)
+    elif data.is_hub_id(where):
+        ds = data.load_from_hub(where, config)
     else:
         raise data.DatasetUnavailableError(f"dataset directory {where} does not exist")
     if "audio" in ds.column_names:

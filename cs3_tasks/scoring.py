@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -27,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cs3_tasks.data import KNOWLEDGE_SETS, SETS, check_set
+from cs3_tasks.outputs import ModelOutput, audio_label, join_problems, read_outputs
+
 if TYPE_CHECKING:  # pragma: no cover
-    from cs3_tasks.audio import AudioSource
     from cs3_tasks.judge import JudgeConfig, Verdict
 
-SETS = ("knowledge", "knowledge_en", "open_ended")
-KNOWLEDGE_SETS = ("knowledge", "knowledge_en")
 CHANNELS = ("text", "speech")
 
 
@@ -55,141 +54,10 @@ JUDGE_CHUNK_RECORDS = 32
 # "empty": the model answered with nothing (counted as not correct); "missing": no response on this
 # channel at all (no output for the Qid, unreadable output, text-only model): excluded and counted.
 STATUSES = ("keyword", "judge_correct", "judge_wrong", "judge_error", "unresolved", "empty", "missing")
-IN_MEMORY_AUDIO = "<in-memory audio>"
-
-
-@dataclass
-class ModelOutput:
-    """One model output for one Qid."""
-
-    qid: str
-    text: str | None  # text-channel response
-    audio: AudioSource | None  # speech-channel response (path/bytes/array) or None (text-only model)
-    problem: str | None = None  # input problem found while reading (missing wav, empty response, ...)
-
-
-# ---------------------------------------------------------------------------------------------
-# reading outputs
-
-
-def read_outputs(outputs_dir: Path, set_name: str, *,
-                 known_sets: Sequence[str] = SETS) -> dict[str, ModelOutput]:
-    """Read one set's outputs from ``outputs_dir`` in the authors' layout or ours.
-
-    ``known_sets``: the accepted set names (other tasks, e.g. the belle_eval_s2s conversation set, pass theirs).
-
-    Authors' layout: ``json/<set>.json`` (JSON lines {Qid, Response}) + ``wav/<Qid>.wav``.
-    Ours: ``<set>.jsonl`` (JSON lines {Qid, text, audio}; audio relative to ``outputs_dir`` or absolute).
-    Problems of single items (bad JSON line, empty response, missing wav) are recorded in
-    ``ModelOutput.problem``; only a missing or ambiguous outputs directory raises.
-    """
-    if set_name not in known_sets:
-        _check_set(set_name)
-    outputs_dir = Path(outputs_dir)
-    authors = outputs_dir / "json" / f"{set_name}.json"
-    ours = outputs_dir / f"{set_name}.jsonl"
-    if authors.is_file() and ours.is_file():
-        raise ValueError(f"{outputs_dir}: both {authors.name} (authors' layout) and {ours.name} exist; keep one")
-    if authors.is_file():
-        return _read_lines(authors, outputs_dir, authors_layout=True)
-    if ours.is_file():
-        return _read_lines(ours, outputs_dir, authors_layout=False)
-    raise FileNotFoundError(
-        f"no outputs for set {set_name!r} in {outputs_dir}: expected json/{set_name}.json + wav/<Qid>.wav "
-        f"(authors' layout) or {set_name}.jsonl"
-    )
-
-
-_QID_IN_BROKEN_LINE = re.compile(r'"Qid"\s*:\s*"([^"]+)"')
-
-
-def _read_lines(path: Path, outputs_dir: Path, *, authors_layout: bool) -> dict[str, ModelOutput]:
-    outputs: dict[str, ModelOutput] = {}
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            output = _parse_line(line, line_no, path, outputs_dir, authors_layout)
-            if output.qid in outputs:  # keep the first answer, say so on it
-                first = outputs[output.qid]
-                first.problem = _join(first.problem, f"duplicate Qid: line {line_no} of {path.name} ignored")
-                continue
-            outputs[output.qid] = output
-    return outputs
-
-
-def _parse_line(line: str, line_no: int, path: Path, outputs_dir: Path, authors_layout: bool) -> ModelOutput:
-    where = f"{path.name} line {line_no}"
-    try:
-        row = json.loads(line)
-        if not isinstance(row, dict):
-            raise TypeError(f"a JSON {type(row).__name__}, not an object")
-    except (ValueError, TypeError) as exc:
-        found = _QID_IN_BROKEN_LINE.search(line)
-        qid = found.group(1) if found else f"<{where}>"
-        audio, audio_problem = _authors_wav(outputs_dir, qid) if (authors_layout and found) else (None, None)
-        return ModelOutput(qid, None, audio, _join(f"bad JSON in {where}: {exc}", audio_problem))
-    qid = row.get("Qid")
-    if not isinstance(qid, str) or not qid.strip():
-        return ModelOutput(f"<{where}>", None, None, f"no Qid in {where}")
-    qid = qid.strip()
-    problem = None
-    text = row.get("Response") if authors_layout else row.get("text")
-    if text is not None and not isinstance(text, str):
-        problem = _join(problem, f"text response is a {type(text).__name__}, not a string")
-        text = None
-    elif isinstance(text, str) and not text.strip():
-        problem = _join(problem, "empty text response")  # kept: an empty answer is scored as not correct
-    elif text is None:
-        problem = _join(problem, "no text response")
-    if authors_layout:
-        audio, audio_problem = _authors_wav(outputs_dir, qid)
-    else:
-        audio, audio_problem = _our_audio(outputs_dir, row.get("audio"))
-    return ModelOutput(qid, text, audio, _join(problem, audio_problem))
-
-
-def _authors_wav(outputs_dir: Path, qid: str) -> tuple[str | None, str | None]:
-    wav = outputs_dir / "wav" / f"{qid}.wav"
-    if not wav.is_file():
-        return None, f"missing wav: wav/{qid}.wav"
-    return str(wav), None
-
-
-def _our_audio(outputs_dir: Path, audio: Any) -> tuple[str | None, str | None]:
-    if audio is None:
-        return None, None  # text-only model: the speech channel is not applicable
-    if not isinstance(audio, str) or not audio.strip():
-        return None, f"audio field is not a path: {audio!r}"
-    path = Path(audio) if Path(audio).is_absolute() else outputs_dir / audio
-    if not path.is_file():
-        return None, f"missing audio file: {audio}"
-    return str(path), None
-
-
-def _join(*problems: str | None) -> str | None:
-    kept = [p for p in problems if p]
-    return "; ".join(kept) if kept else None
 
 
 # ---------------------------------------------------------------------------------------------
 # scoring
-
-
-def _check_set(set_name: str) -> None:
-    if set_name not in SETS:
-        raise ValueError(f"unknown set {set_name!r}; expected one of {', '.join(SETS)}")
-
-
-def _audio_label(audio: Any) -> str | None:
-    """What the record says about the audio: its path, or a placeholder for in-memory audio."""
-    if audio is None:
-        return None
-    if isinstance(audio, (str, os.PathLike)):
-        return str(audio)
-    if isinstance(audio, Mapping) and isinstance(audio.get("path"), str) and audio.get("path"):
-        return audio["path"]
-    return IN_MEMORY_AUDIO
 
 
 def _blank_record(set_name: str, qid: str, category: str | None, problem: str | None) -> dict:
@@ -345,7 +213,7 @@ def score_batch(set_name: str, docs: Sequence[Mapping], outputs: Sequence[ModelO
     leaves keyword misses "unresolved" and open-ended scores None. ``on_record`` is called with each
     record as soon as it is final (used by the CLI to append it to the records file).
     """
-    _check_set(set_name)
+    check_set(set_name)
     by_qid = {}
     for output in outputs:
         by_qid.setdefault(output.qid, output)
@@ -362,13 +230,13 @@ def score_batch(set_name: str, docs: Sequence[Mapping], outputs: Sequence[ModelO
         pairs.append((doc, output))
     for output in outputs:
         if output.qid not in doc_qids and by_qid[output.qid] is output:
-            problem = _join(f"unknown Qid: {output.qid} is not in the {set_name} dataset", output.problem)
+            problem = join_problems(f"unknown Qid: {output.qid} is not in the {set_name} dataset", output.problem)
             records.append(_blank_record(set_name, output.qid, None, problem))
             pairs.append((None, output))  # kept for the audit, but nothing to score against
     for record, (doc, output) in zip(records, pairs):
         if output is not None:
             record["text"] = output.text
-            record["audio"] = _audio_label(output.audio)
+            record["audio"] = audio_label(output.audio)
 
     emitted = [False] * len(records)
 
@@ -409,7 +277,7 @@ def score_batch(set_name: str, docs: Sequence[Mapping], outputs: Sequence[ModelO
                 record = records[i]
                 if transcript.error:
                     record["asr_error"] = transcript.error
-                    record["problem"] = _join(record["problem"], f"ASR failed: {transcript.error}")
+                    record["problem"] = join_problems(record["problem"], f"ASR failed: {transcript.error}")
                 else:
                     record["transcript"], record["asr_language"] = transcript.text, transcript.language
         for record, (doc, _) in zip(records, pairs):
@@ -532,7 +400,7 @@ def summarize(set_name: str, records: Sequence[dict]) -> dict:
     """Headline rates with 95% CIs, per Category, and every count needed to audit them."""
     from cs3_tasks import metrics
 
-    _check_set(set_name)
+    check_set(set_name)
     scorable = [r for r in records if not (r["problem"] or "").startswith("unknown Qid")]
     return {
         "set": set_name,
@@ -680,7 +548,7 @@ def _needs_rescore(record: Mapping, output: ModelOutput | None) -> bool:
         return True
     if output is None:
         return record.get("text") is not None or record.get("audio") is not None
-    return record.get("text") != output.text or record.get("audio") != _audio_label(output.audio)
+    return record.get("text") != output.text or record.get("audio") != audio_label(output.audio)
 
 
 def _rewrite_records(path: Path, records: Sequence[dict]) -> None:
@@ -688,23 +556,6 @@ def _rewrite_records(path: Path, records: Sequence[dict]) -> None:
     with open(tmp, "w", encoding="utf-8") as handle:
         handle.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
     os.replace(tmp, path)
-
-
-def load_docs(set_name: str, location: str | None = None) -> list[dict]:
-    """Dataset items of one set: a built dataset (Hub id / local build / "demo"), the authors' source
-    directory (``cs_knowledge.json`` ...; validated by data.load_source) or one source JSON file."""
-    from cs3_tasks import data
-
-    if location and Path(location).is_file():  # one source JSON file (a list of items)
-        with open(location, encoding="utf-8") as handle:
-            items = json.load(handle)
-        if not isinstance(items, list) or not all(isinstance(i, dict) and "Qid" in i for i in items):
-            raise ValueError(f"{location}: expected a JSON list of items with a Qid each")
-        return [dict(item) for item in items]
-    if location and (Path(location) / data.SOURCE_FILES[set_name]).is_file():
-        return data.load_source(Path(location), sets=(set_name,))[set_name]
-    dataset = data.load_set(set_name, data.dataset_location(location))
-    return [{k: v for k, v in row.items() if k != data.AUDIO_COLUMN} for row in dataset]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -746,7 +597,7 @@ def _settings(args: argparse.Namespace, judge_config: JudgeConfig | None) -> dic
 
 
 def run(args: argparse.Namespace) -> int:
-    from cs3_tasks import judge
+    from cs3_tasks import data, judge
 
     set_name = args.set_name
     out = Path(args.out)
@@ -756,7 +607,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        docs = load_docs(set_name, args.dataset)
+        docs = data.load_docs(set_name, args.dataset)
         outputs = read_outputs(args.outputs, set_name)
     except (OSError, ValueError, RuntimeError) as exc:  # no dataset / no outputs: nothing to score
         print(f"error: {exc}", file=sys.stderr)

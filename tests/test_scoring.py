@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cs3_tasks import scoring
+from cs3_tasks import data, scoring
 from cs3_tasks.asr import Transcript
 from cs3_tasks.audio import write_wav
 from cs3_tasks.judge import JudgeConfig, Verdict
@@ -687,9 +687,9 @@ def test_load_docs_from_the_authors_source_dir():
     shared = Path(os.environ.get("CS3_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
     if not (shared / "cs3bench" / "cs_knowledge.json").is_file():
         pytest.skip(f"shared CS3-Bench source not found under {shared} (set CS3_SHARED_DATA)")
-    docs = scoring.load_docs("knowledge", str(shared / "cs3bench"))
+    docs = data.load_docs("knowledge", str(shared / "cs3bench"))
     assert len(docs) == 362 and {"Qid", "Answer_zh", "Answer_en", "Category"} <= set(docs[0])
-    assert len(scoring.load_docs("open_ended", str(shared / "cs3bench"))) == 200
+    assert len(data.load_docs("open_ended", str(shared / "cs3bench"))) == 200
 
 
 def test_cli_help_lists_the_options():
