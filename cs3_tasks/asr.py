@@ -43,6 +43,7 @@ batches 30 s windows of one long stream, not whole short clips.
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import itertools
 import logging
@@ -53,7 +54,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from cs3_tasks.audio import SAMPLE_RATE, AudioError, AudioSource, content_hash, load_audio
 from cs3_tasks.cache import SqliteCache, cache_dir, stable_key
@@ -104,23 +105,27 @@ PACK_MAX_CLIPS = 6
 PACK_MIN_LANGUAGE_PROBABILITY = 0.8
 PACK_WINDOWS_PER_CALL = 8  # windows encoded and beam-searched together (2: 0.39, 4: 0.31-0.33, 8: 0.30 s)
 _PACK_ROUNDS = 2  # unresolved clips are packed once more, by language, with other neighbours
-DEFAULT_BATCH_SIZE = 8  # clips per batched decode (faster-whisper); 4/8/16 measured in the report
-MAX_BATCHED_SECONDS = 30.0  # one Whisper window: longer clips are decoded per clip
-_DECODE_WINDOW = 128  # clips decoded into memory at a time (sorted by length within it)
+DEFAULT_BATCH_SIZE = 8  # clips per batched decode (faster-whisper); batch sizes are compared in README
+WHISPER_WINDOW_SECONDS = 30.0  # Whisper's encoder input: longer clips are decoded per clip
+# Generated tokens per 30 s window at most: Whisper's 448-token decoder context less its prompt.
+MAX_WINDOW_TOKENS = 440
+_MEMORY_CHUNK = 128  # clips decoded into memory at a time (sorted by length within the chunk)
 
 
-def decoding_options() -> DecodingOptions:
-    """The options in force: DECODING with $CS3_ASR_SHORT_CLIPS (packed | batched) applied."""
-    mode = os.environ.get(SHORT_CLIPS_ENV) or DECODING.short_clip_decoding
+def decoding_options(short_clips: str | None = None) -> DecodingOptions:
+    """The options in force: DECODING with the short-clip decoding applied (``short_clips``, else
+    $CS3_ASR_SHORT_CLIPS, else packed)."""
+    mode = short_clips or os.environ.get(SHORT_CLIPS_ENV) or DECODING.short_clip_decoding
     if mode not in SHORT_CLIP_DECODINGS:
-        raise ValueError(f"{SHORT_CLIPS_ENV}={mode!r}: choose one of {', '.join(SHORT_CLIP_DECODINGS)}")
+        source = "short_clips" if short_clips else SHORT_CLIPS_ENV
+        raise ValueError(f"{source}={mode!r}: choose one of {', '.join(SHORT_CLIP_DECODINGS)}")
     return replace(DECODING, short_clip_decoding=mode)
 
 
 def max_new_tokens(audio) -> int:
     """The generation cap for one clip (16 kHz samples), at most Whisper's window limit."""
-    window_seconds = min(len(audio) / SAMPLE_RATE, 30.0)
-    return int(min(440, 32 + DECODING.max_tokens_per_second * window_seconds))
+    window_seconds = min(len(audio) / SAMPLE_RATE, WHISPER_WINDOW_SECONDS)
+    return int(min(MAX_WINDOW_TOKENS, 32 + DECODING.max_tokens_per_second * window_seconds))
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,54 @@ class Transcript:
 
 class AsrModelError(RuntimeError):
     """The ASR model cannot be found or loaded (a configuration problem, not a per-item one)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# settings shared by every entry point that transcribes
+
+
+@dataclass(frozen=True)
+class AsrConfig:
+    """Which ASR runs: backend, model (None: ``default_model(backend)``) and short-clip decoding
+    (None: $CS3_ASR_SHORT_CLIPS, else packed). ``backend`` None means ``default_backend()``."""
+
+    backend: str | None = None
+    model: str | None = None
+    short_clips: str | None = None
+
+    def resolved(self) -> AsrConfig:
+        """Every field filled in from the environment and defaults (what a report records)."""
+        backend = self.backend or default_backend()
+        return AsrConfig(
+            backend=backend,
+            model=self.model or default_model(backend),
+            short_clips=decoding_options(self.short_clips).short_clip_decoding,
+        )
+
+
+def add_asr_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ASR options shared by every CLI that transcribes (score, score-conversation, build-dataset,
+    recipe build-data)."""
+    group = parser.add_argument_group(
+        "ASR",
+        f"Default: {DEFAULT_BACKEND} with the offline Whisper-base (else {PAPER_MODEL}). "
+        f"Environment: ${BACKEND_ENV}, ${MODEL_ENV}, ${SHORT_CLIPS_ENV}.",
+    )
+    group.add_argument("--asr-model", default=None,
+                       help="ASR model name or path (default: cs3_tasks.asr.default_model())")
+    group.add_argument("--asr-backend", default=None, choices=BACKENDS,
+                       help=f"ASR backend (default: ${BACKEND_ENV}, else {DEFAULT_BACKEND})")
+    group.add_argument("--asr-short-clips", default=None, choices=SHORT_CLIP_DECODINGS,
+                       help=f"how faster-whisper decodes clips of at most 30 s (default: ${SHORT_CLIPS_ENV}, "
+                       f"else {DECODING.short_clip_decoding})")
+
+
+def asr_config_from_args(args: argparse.Namespace) -> AsrConfig:
+    """The AsrConfig of parsed ``add_asr_arguments`` options, backend resolved (ValueError if unknown)."""
+    backend = getattr(args, "asr_backend", None) or default_backend()
+    _check_backend(backend)
+    return AsrConfig(backend=backend, model=getattr(args, "asr_model", None),
+                     short_clips=getattr(args, "asr_short_clips", None))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,7 +207,7 @@ def default_model(backend: str | None = None) -> str:
     override = os.environ.get(MODEL_ENV)
     if override:
         return override
-    if (backend or DEFAULT_BACKEND) == "faster-whisper":
+    if (backend or default_backend()) == "faster-whisper":
         offline = offline_whisper_base()
         if offline is not None:
             return str(offline)
@@ -231,22 +284,25 @@ def transcribe_batch(
     language: str | None = None,
     *,
     model: str | None = None,
-    backend: str = DEFAULT_BACKEND,
+    backend: str | None = None,
     use_cache: bool = True,
     progress: bool = True,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    short_clips: str | None = None,
 ) -> list[Transcript]:
     """Transcribe every audio in order; ``language=None`` lets Whisper detect it per item.
 
     A per-item failure gives Transcript(text="", language=None, error="<cause>") and the rest
     continue. A model that cannot be loaded raises AsrModelError (nothing could be transcribed).
+    ``backend`` None is ``default_backend()``; ``short_clips`` as ``decoding_options``.
     ``batch_size`` is how many clips faster-whisper decodes together (1: one at a time).
     """
+    backend = backend or default_backend()
     _check_backend(backend)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     model_name = model or default_model(backend)
-    options = decoding_options()
+    options = decoding_options(short_clips)
     results: list[Transcript | None] = [None] * len(audios)
     cache = SqliteCache(cache_dir() / "asr.sqlite") if use_cache else None
     keys: list[str | None] = [None] * len(audios)
@@ -269,9 +325,9 @@ def transcribe_batch(
             runner = _load_runner(backend, model_name)
             bar = _progress_bar(len(todo), progress, len(audios))
             try:
-                for w in range(0, len(todo), _DECODE_WINDOW):
-                    for i, transcript, cacheable in _transcribe_window(
-                        runner, audios, todo[w : w + _DECODE_WINDOW], language, batch_size,
+                for c in range(0, len(todo), _MEMORY_CHUNK):
+                    for i, transcript, cacheable in _transcribe_chunk(
+                        runner, audios, todo[c : c + _MEMORY_CHUNK], language, batch_size,
                         packed=options.short_clip_decoding == "packed",
                     ):
                         results[i] = transcript
@@ -288,7 +344,7 @@ def transcribe_batch(
     return [r for r in results if r is not None]
 
 
-def _transcribe_window(runner: _Runner, audios: Sequence[AudioSource], indices: list[int],
+def _transcribe_chunk(runner: Runner, audios: Sequence[AudioSource], indices: list[int],
                        language: str | None, batch_size: int, packed: bool = True):
     """Yield (index, Transcript, cacheable) for each index, decoding short clips together.
 
@@ -299,7 +355,7 @@ def _transcribe_window(runner: _Runner, audios: Sequence[AudioSource], indices: 
     decode raises, its clips are retried one by one; those transcripts come from the per-clip path,
     not the one the cache key describes, so they are not cached (a re-run retries the batch).
     """
-    batched = getattr(runner, "transcribe_many", None) if batch_size > 1 else None
+    batched = runner.transcribe_many if batch_size > 1 and isinstance(runner, BatchRunner) else None
     short: list[tuple[int, Any]] = []
     for i in indices:
         audio = _load(audios[i])
@@ -307,12 +363,12 @@ def _transcribe_window(runner: _Runner, audios: Sequence[AudioSource], indices: 
             yield i, audio, False
         elif _is_silent(audio):
             yield i, Transcript(text="", language=None), True
-        elif batched is not None and len(audio) <= MAX_BATCHED_SECONDS * SAMPLE_RATE:
+        elif batched is not None and len(audio) <= WHISPER_WINDOW_SECONDS * SAMPLE_RATE:
             short.append((i, audio))
         else:
             yield i, _transcribe_one(runner, audio, language), True
     short.sort(key=lambda item: len(item[1]))
-    pack = getattr(runner, "transcribe_packed", None) if packed else None
+    pack = runner.transcribe_packed if packed and isinstance(runner, PackingRunner) else None
     if pack is not None and short:
         try:
             packed_out = pack([audio for _, audio in short], language)
@@ -357,7 +413,7 @@ def _load(source: AudioSource):
         return Transcript("", None, error=f"audio_error: {type(exc).__name__}: {exc}")
 
 
-def _transcribe_one(runner: _Runner, audio, language: str | None) -> Transcript:
+def _transcribe_one(runner: Runner, audio, language: str | None) -> Transcript:
     try:
         text, detected = runner.transcribe(audio, language)
     except Exception as exc:  # noqa: BLE001 - any decoder failure is recorded for this item only
@@ -482,13 +538,31 @@ def _near(clips: Sequence[PlacedClip], start: float, end: float) -> list[PlacedC
 # backends: loaded once per process
 
 
-_RUNNERS: dict[tuple[str, str, str, str], _Runner] = {}
+@runtime_checkable
+class Runner(Protocol):
+    """A loaded ASR model: one clip (16 kHz samples) -> (text, detected language)."""
+
+    def transcribe(self, audio, language: str | None) -> tuple[str, str | None]: ...
+
+
+@runtime_checkable
+class BatchRunner(Runner, Protocol):
+    """A Runner that also decodes clips of at most one Whisper window together, one result per clip."""
+
+    def transcribe_many(self, audios: Sequence, language: str | None) -> list[tuple[str, str | None]]: ...
+
+
+@runtime_checkable
+class PackingRunner(BatchRunner, Protocol):
+    """A BatchRunner that also packs short clips into shared windows; None for each clip it leaves to the
+    caller (decoded by ``transcribe_many`` instead)."""
+
+    def transcribe_packed(self, audios: Sequence,
+                          language: str | None) -> list[tuple[str, str | None] | None]: ...
+
+
+_RUNNERS: dict[tuple[str, str, str, str], Runner] = {}
 _RUNNERS_LOCK = threading.Lock()
-
-
-class _Runner:
-    def transcribe(self, audio, language: str | None) -> tuple[str, str | None]:  # pragma: no cover
-        raise NotImplementedError
 
 
 def _cpu_threads() -> int:
@@ -498,7 +572,7 @@ def _cpu_threads() -> int:
         return os.cpu_count() or 1
 
 
-def _load_runner(backend: str, model_name: str) -> _Runner:
+def _load_runner(backend: str, model_name: str) -> Runner:
     if backend == "faster-whisper":
         device, compute_type = _faster_whisper_device()
         key = (backend, model_name, device, compute_type)
@@ -534,7 +608,7 @@ def _torch_device() -> str:
         return "cpu"
 
 
-class _FasterWhisperRunner(_Runner):
+class _FasterWhisperRunner:
     def __init__(self, model_name: str, device: str, compute_type: str):
         try:
             from faster_whisper import WhisperModel
@@ -702,7 +776,7 @@ class _FasterWhisperRunner(_Runner):
         prompts = [tokenizer.sot_sequence for tokenizer in tokenizers]
         caps = [sum(max_new_tokens(audios[clip.index]) for clip in window) for window in windows]
         outputs = self._generate(ctranslate2.StorageView.from_array(encoded), prompts,
-                                 len(prompts[0]) + min(max(caps), 440), tokenizers[0])
+                                 len(prompts[0]) + min(max(caps), MAX_WINDOW_TOKENS), tokenizers[0])
         unresolved: list[int] = []
         for window, tokenizer, output in zip(windows, tokenizers, outputs):
             tokens = output.sequences_ids[0]
@@ -761,7 +835,7 @@ def _ends_in_unfinished_segment(tokens: list[int], timestamp_begin: int) -> bool
     return closed and not single_ending
 
 
-class _OpenAIWhisperRunner(_Runner):
+class _OpenAIWhisperRunner:
     def __init__(self, model_name: str, device: str):
         try:
             import whisper  # lazy: importing openai-whisper pulls in torch
@@ -797,7 +871,3 @@ class _OpenAIWhisperRunner(_Runner):
         )
         return str(result.get("text", "")), result.get("language") or language
 
-
-def runner_options() -> dict[str, Any]:
-    """The decoding options in force (for reports and dataset cards)."""
-    return asdict(decoding_options())

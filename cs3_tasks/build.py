@@ -25,10 +25,8 @@ import argparse
 import hashlib
 import io
 import json
-import os
 import shutil
 import sys
-import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -37,9 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from cs3_tasks import data, tts
+from cs3_tasks.audio import SAMPLE_RATE
+from cs3_tasks.cache import AudioCache, atomic_write, stable_key
 
 CACHE_VERSION = "cs3-tts-cache-v1"  # bump when the cached audio format changes
-SAMPLE_RATE = 16_000
 PARQUET_NAME = "test-00000-of-00001.parquet"
 QC_MODES = ("all", "sample", "none")
 # language of each set's question: espeak voice and the ASR language used for QC
@@ -109,7 +108,7 @@ class SynthesisJob:
         settings = dict(self.settings)
         if "model_dir" in settings:  # the model's folder name, so that moving the folder keeps the cache
             settings["model_dir"] = Path(str(settings["model_dir"])).name
-        return _sha(
+        return stable_key(
             CACHE_VERSION,
             self.text,
             self.backend,
@@ -160,72 +159,6 @@ class BuildResult:
 
 class CorrectionsError(ValueError):
     """Invalid corrections file; lists every problem, each naming the Qid."""
-
-
-def _sha(*parts: Any) -> str:
-    blob = json.dumps(parts, sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-
-# ---------------------------------------------------------------------------------------------------------
-# audio cache: one FLAC file per content key, written atomically
-
-
-class AudioCache:
-    """``<root>/<key[:2]>/<key>.flac``. A file only gets its final name once fully written (temp + rename),
-    and a cached file that does not decode is treated as missing, so a killed build never leaves a bad entry."""
-
-    def __init__(self, root: Path):
-        self.root = Path(root)
-
-    def path(self, key: str) -> Path:
-        return self.root / key[:2] / f"{key}.flac"
-
-    def get(self, key: str) -> bytes | None:
-        path = self.path(key)
-        if not path.is_file():
-            return None
-        blob = path.read_bytes()
-        return blob if _decodes(blob) else None
-
-    def put(self, key: str, flac: bytes) -> None:
-        path = self.path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(path, flac)
-
-
-def _decodes(blob: bytes) -> bool:
-    import soundfile as sf
-
-    try:
-        audio, _ = sf.read(io.BytesIO(blob), dtype="float32")
-    except (RuntimeError, ValueError, EOFError):
-        return False
-    return audio.size > 0
-
-
-def _current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _current_umask()
-
-
-def _atomic_write(path: Path, blob: bytes) -> None:
-    """Write to a temp file in the same folder, fsync, then rename over ``path`` (atomic on POSIX)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(blob)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -515,8 +448,8 @@ def write_qc_report(config: BuildConfig, records: list[QcRecord]) -> None:
         "by_status": dict(sorted(Counter(r.status for r in records).items())),
     }
     report = {"summary": summary, "items": [asdict(r) for r in records]}
-    _atomic_write(out / "qc_report.json", json.dumps(report, ensure_ascii=False, indent=2).encode("utf-8"))
-    _atomic_write(out / "qc_report.md", _qc_markdown(summary, records).encode("utf-8"))
+    atomic_write(out / "qc_report.json", json.dumps(report, ensure_ascii=False, indent=2))
+    atomic_write(out / "qc_report.md", _qc_markdown(summary, records))
 
 
 def _model_label(model: str) -> str:
@@ -613,7 +546,7 @@ def write_parquet(set_name: str, rows: list[dict], out: Path, columns: tuple[str
     path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
     pq.write_table(table, buffer, compression="zstd")
-    _atomic_write(path, buffer.getvalue())
+    atomic_write(path, buffer.getvalue())
     return int(table.nbytes)
 
 
@@ -793,7 +726,7 @@ def write_card(
         qc_summary=qc_summary,
         num_bytes=num_bytes,
     )
-    _atomic_write(Path(out) / "README.md", card.encode("utf-8"))
+    atomic_write(Path(out) / "README.md", card)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -876,7 +809,7 @@ def _write_build_report(config: BuildConfig, result: BuildResult) -> None:
         "failures": [asdict(f) for f in result.failures],
         "qc_flagged": [f"{r.set_name}/{r.qid}" for r in result.flagged],
     }
-    _atomic_write(
+    atomic_write(
         Path(config.out) / "build_report.json", json.dumps(report, ensure_ascii=False, indent=2).encode()
     )
 

@@ -22,7 +22,7 @@ import sys
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -588,7 +588,7 @@ def _settings(args: argparse.Namespace, judge_config: JudgeConfig | None) -> dic
         "asr_model": args.asr_model or asr.default_model(args.asr_backend),
         "asr_backend": args.asr_backend,
         "asr_language": ASR_LANGUAGE_HINT[args.set_name],
-        "asr_decoding": asr.runner_options(),
+        "asr_decoding": asdict(asr.decoding_options()),
         "judge": None if judge_config is None else {
             "base_url": judge_config.base_url, "model": judge_config.model,
             "temperature": judge_config.temperature,

@@ -463,7 +463,7 @@ def test_short_clip_decoding_is_chosen_by_env_and_keys_the_cache(fake_packed, mo
     clip = _clip(0.1)
     assert transcribe_batch([clip], model="m", progress=False)[0].text == "packed len=1600"
     monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "batched")
-    assert asr.runner_options()["short_clip_decoding"] == "batched"
+    assert asr.decoding_options().short_clip_decoding == "batched"
     assert transcribe_batch([clip], model="m", progress=False)[0].text == "batched len=1600"  # not the cache
     monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "tiled")
     with pytest.raises(ValueError, match="CS3_ASR_SHORT_CLIPS='tiled'"):

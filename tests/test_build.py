@@ -25,6 +25,7 @@ import yaml
 
 from cs3_tasks import build, data, tts
 from cs3_tasks.asr import Transcript
+from cs3_tasks.cache import AudioCache
 from cs3_tasks.cli import main as cli_main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -225,14 +226,14 @@ def test_bad_source_fails_before_any_work(tmp_path, monkeypatch, capsys):
 def test_interrupted_cache_write_leaves_no_entry(tmp_path, monkeypatch):
     from cs3_tasks.audio import flac_bytes
 
-    cache = build.AudioCache(tmp_path / "cache")
+    cache = AudioCache(tmp_path / "cache")
     good = flac_bytes(np.full(1600, 0.1, dtype=np.float32))
     key = "ab" + "0" * 62
 
     def killed(fd):
         raise KeyboardInterrupt  # the process dies after writing part of the file, before the rename
 
-    monkeypatch.setattr(build.os, "fsync", killed)
+    monkeypatch.setattr(os, "fsync", killed)
     with pytest.raises(KeyboardInterrupt):
         cache.put(key, good)
     monkeypatch.undo()
@@ -293,7 +294,7 @@ def test_killed_build_keeps_finished_items(tmp_path, monkeypatch, kill_signal):
     finished = list(cache_root.rglob("*.flac"))
     assert 6 <= len(finished) < 60, "the build should have been killed midway"
     assert not (out / "knowledge" / build.PARQUET_NAME).exists()
-    cache = build.AudioCache(cache_root)
+    cache = AudioCache(cache_root)
     assert all(cache.get(p.stem) is not None for p in finished)  # every named entry is complete
 
     fake = FakeTTS()
@@ -321,7 +322,7 @@ def test_qc_report_flags_and_corrections_close_the_loop(tmp_path, monkeypatch):
         for set_name, items in records.items():
             for item in items:
                 job = build.plan_jobs(config(source, out), {set_name: [item]}, corrections, [])[set_name][0]
-                clip = build.AudioCache(out / ".cache" / "tts").get(job.cache_key())
+                clip = AudioCache(out / ".cache" / "tts").get(job.cache_key())
                 if clip is not None:
                     text = (
                         "完全不对的内容"

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cs3_tasks.cache import AudioCache
 from cs3_tasks.recipe.transforms import surface_english_words
 
 REWRITER_PROMPT = "recipe_rewriter"
@@ -213,7 +214,7 @@ def synthesize_and_verify(cands: Sequence[Candidate], out_dir: Path, settings: S
     """Accepted candidates -> ``out_dir/audio/<id>.wav`` (16 kHz) and a QC status, in place."""
     from cs3_tasks import asr, audio, build
 
-    cache = build.AudioCache(out_dir / ".cache" / "tts")
+    cache = AudioCache(out_dir / ".cache" / "tts")
     (out_dir / "audio").mkdir(parents=True, exist_ok=True)
     spoken: list[tuple[Candidate, bytes]] = []
     for cand in cands:
