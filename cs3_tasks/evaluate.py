@@ -20,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-SETS = ("knowledge", "knowledge_en", "open_ended")
+from cs3_tasks.data import SETS
+
 DEMO_RESPONSES = Path(__file__).resolve().parent / "demo" / "responses"
 
 
@@ -73,7 +74,8 @@ def records_from_samples(samples: Mapping[str, Sequence[Mapping]]) -> dict[tuple
 def write_scored_dir(records: Mapping[str, Sequence[dict]], out: Path, model: str) -> dict[str, dict]:
     """Write ``<set>.records.jsonl`` / ``.summary.json`` / ``.summary.md`` (the ``cs3-bench score``
     layout, so ``cs3-bench report`` reads it) and return the summaries, with the cs-vs-en comparison."""
-    from cs3_tasks.scoring import compare_cs_en, summarize, summary_markdown
+    from cs3_tasks.cache import atomic_write
+    from cs3_tasks.summary import attach_cs_vs_en, summarize, write_summary
 
     out.mkdir(parents=True, exist_ok=True)
     summaries = {}
@@ -82,14 +84,10 @@ def write_scored_dir(records: Mapping[str, Sequence[dict]], out: Path, model: st
         summary["model"] = model
         summaries[set_name] = summary
         lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in set_records)
-        (out / f"{set_name}.records.jsonl").write_text(lines, encoding="utf-8")
-    if "knowledge" in summaries and "knowledge_en" in summaries:
-        comparison = compare_cs_en(summaries["knowledge"], summaries["knowledge_en"])
-        summaries["knowledge"]["cs_vs_en"] = summaries["knowledge_en"]["cs_vs_en"] = comparison
-    for set_name, summary in summaries.items():
-        (out / f"{set_name}.summary.json").write_text(
-            json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        (out / f"{set_name}.summary.md").write_text(summary_markdown(summary), encoding="utf-8")
+        atomic_write(out / f"{set_name}.records.jsonl", lines)
+    attach_cs_vs_en(summaries)
+    for summary in summaries.values():
+        write_summary(out, summary)
     return summaries
 
 
@@ -101,13 +99,15 @@ def _pct(value: float | None) -> str:
 
 def cs_vs_en_markdown(per_model: Mapping[str, Mapping[str, dict]]) -> str:
     """One row per model and channel: accuracy on code-switched vs English questions, drop, preserve rate."""
+    from cs3_tasks.scoring import CHANNELS
+
     lines = ["| model | channel | acc cs | acc en | drop (abs) | drop (rel) | preserve |",
              "|---|---|---:|---:|---:|---:|---:|"]
     for model, summaries in per_model.items():
         comparison = (summaries.get("knowledge") or {}).get("cs_vs_en")
         if not comparison:
             continue
-        for channel in ("text", "speech"):
+        for channel in CHANNELS:
             c = comparison.get(channel) or {}
             lines.append(f"| {model} | {channel} | {_pct(c.get('acc_cs'))} | {_pct(c.get('acc_en'))} | "
                          f"{_pct(c.get('drop_abs'))} | {_pct(c.get('drop_rel'))} | {_pct(c.get('preserve'))} |")

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from cs3_tasks.scoring import CHANNELS, compare_cs_en
+from cs3_tasks.data import SETS
+from cs3_tasks.scoring import CHANNELS
+from cs3_tasks.summary import compare_cs_en, read_summary
 
-SETS = ("knowledge", "knowledge_en", "open_ended")
 CS_SETS = ("knowledge", "open_ended")
 COLUMNS = (
     "model",
@@ -45,11 +45,10 @@ def load_summaries(result_dirs: Sequence[Path]) -> dict[str, dict[str, dict]]:
             raise FileNotFoundError(f"result dir {result_dir} does not exist")
         found = False
         for set_name in SETS:
-            path = result_dir / f"{set_name}.summary.json"
-            if not path.is_file():
+            summary = read_summary(result_dir, set_name)
+            if summary is None:
                 continue
             found = True
-            summary = json.loads(path.read_text(encoding="utf-8"))
             model = summary.get("model") or result_dir.resolve().name
             if set_name in models.get(model, {}):
                 raise ValueError(f"two {set_name} summaries for model {model!r} (second one in {result_dir})")
