@@ -269,7 +269,8 @@ def transcribe_outputs(records: Sequence[dict], pairs: Sequence[tuple[Mapping | 
     return indices
 
 
-def _asr_config(asr: AsrConfig | None, model: str | None, backend: str | None) -> AsrConfig:
+def asr_config(asr: AsrConfig | None, model: str | None = None, backend: str | None = None) -> AsrConfig:
+    """``asr`` (default: `asr.AsrConfig()`) with ``model`` / ``backend`` filled in when given."""
     from dataclasses import replace
 
     from cs3_tasks.asr import AsrConfig
@@ -326,7 +327,7 @@ def score_batch(set_name: str, docs: Sequence[Mapping], outputs: Sequence[ModelO
     try:
         # (2) speech channel: one batched ASR call over every speech output
         speech_indices = transcribe_outputs(records, pairs, language=ASR_LANGUAGE_HINT[set_name],
-                                            asr=_asr_config(asr, asr_model, asr_backend), progress=progress)
+                                            asr=asr_config(asr, asr_model, asr_backend), progress=progress)
         for record, (doc, _) in zip(records, pairs):
             if doc is not None:
                 _text_metrics(record, set_name)
