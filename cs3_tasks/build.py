@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cs3_tasks import data, tts
+from cs3_tasks import asr, card, data, tts
 from cs3_tasks.audio import SAMPLE_RATE
 from cs3_tasks.cache import AudioCache, atomic_write, stable_key
 
@@ -48,8 +48,6 @@ DEFAULT_MIN_ENGLISH_RECALL = 0.8
 DEFAULT_QC_SAMPLE = 20
 EXIT_OK, EXIT_INCOMPLETE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 CORRECTION_ACTIONS = ("resynthesize", "accept")
-PAPER_TITLE = "CS3-Bench: Evaluating and Enhancing Speech-to-Speech LLMs for Mandarin-English Code-Switching"
-PAPER_ARXIV = "2510.07881"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -63,8 +61,9 @@ class BuildConfig:
     tts_backend: str = "espeak"
     speakers: Path | None = None
     cosyvoice_model: Path | None = None
-    asr_model: str | None = None
-    asr_backend: str = "faster-whisper"
+    asr_model: str | None = None  # None: asr.default_model(backend)
+    asr_backend: str | None = None  # None: asr.default_backend()
+    asr_short_clips: str | None = None  # None: $CS3_ASR_SHORT_CLIPS, else packed
     qc: str = "sample"
     qc_sample: int = DEFAULT_QC_SAMPLE
     max_cer: float = DEFAULT_MAX_CER
@@ -391,8 +390,6 @@ def run_qc(
     audio_by_item: dict[tuple[str, str], bytes],
     corrections: dict[tuple[str, str], Correction],
 ) -> list[QcRecord]:
-    from cs3_tasks import asr
-
     results: list[QcRecord] = []
     for set_name, records in source.items():
         selected = [
@@ -407,6 +404,7 @@ def run_qc(
             language=SET_LANGUAGE[set_name],
             model=config.asr_model,
             backend=config.asr_backend,
+            short_clips=config.asr_short_clips,
             progress=config.progress,
         )
         for record, heard in zip(selected, transcripts):
@@ -435,14 +433,13 @@ def _qc_record(
 
 
 def write_qc_report(config: BuildConfig, records: list[QcRecord]) -> None:
-    from cs3_tasks import asr
-
     out = Path(config.out)
+    used = asr.AsrConfig(config.asr_backend, config.asr_model, config.asr_short_clips).resolved()
     summary = {
         "mode": config.qc,
         "sample_per_set": config.qc_sample if config.qc == "sample" else None,
-        "asr_backend": config.asr_backend,
-        "asr_model": _model_label(config.asr_model or asr.default_model(config.asr_backend)),
+        "asr_backend": used.backend,
+        "asr_model": _model_label(used.model),
         "thresholds": {"max_cer": config.max_cer, "min_english_recall": config.min_english_recall},
         "checked": len(records),
         "by_status": dict(sorted(Counter(r.status for r in records).items())),
@@ -564,171 +561,6 @@ def dataset_rows(
     return rows
 
 
-def render_card(
-    rows: dict[str, int],
-    *,
-    tts_backend: str,
-    categories: dict[str, dict[str, int]] | None = None,
-    missing: dict[str, list[str]] | None = None,
-    qc_summary: str | None = None,
-    num_bytes: dict[str, int] | None = None,
-) -> str:
-    """The dataset card (HF README.md): YAML configs + dataset_info, then what it is and how it was built."""
-    import yaml
-
-    front = {
-        "license": "apache-2.0",
-        "language": ["zh", "en"],
-        "pretty_name": "CS3-Bench",
-        "task_categories": ["automatic-speech-recognition", "question-answering"],
-        "tags": ["code-switching", "speech-to-speech", "mandarin", "english", "benchmark"],
-        "configs": [
-            {"config_name": name, "data_files": [{"split": "test", "path": f"{name}/test-*.parquet"}]}
-            for name in rows
-        ],
-        "dataset_info": [
-            _card_info(name, count, (num_bytes or {}).get(name)) for name, count in rows.items()
-        ],
-    }
-    header = "---\n" + yaml.safe_dump(front, sort_keys=False, allow_unicode=True) + "---\n"
-    tts_line = {
-        "espeak": "espeak-ng (voice `cmn` for the Mandarin/code-switched sets: Mandarin with English words read "
-        "as English; `en-us` for knowledge_en). Robotic but fully offline and deterministic.",
-        "cosyvoice2": "CosyVoice2-0.5B zero-shot with speaker prompts, as in the paper (here: one prompt "
-        "recording + transcript per item, chosen by a hash of the Qid; seed fixed per item).",
-    }.get(tts_backend, tts_backend)
-    counts = "\n".join(
-        f"| `{name}` | {count} | "
-        + (", ".join(f"{c} {n}" for c, n in (categories or {}).get(name, {}).items()) or "-")
-        + " |"
-        for name, count in rows.items()
-    )
-    incomplete = ""
-    if missing and any(missing.values()):
-        listed = "; ".join(f"{name}: {', '.join(qids)}" for name, qids in missing.items() if qids)
-        incomplete = (
-            "\n> **INCOMPLETE BUILD**: speech synthesis failed for some items, which are missing here "
-            f"({listed}). See `build_report.json`; re-run the build to retry them.\n"
-        )
-    qc = f"\nQC of this build: {qc_summary} (details: `qc_report.md`).\n" if qc_summary else ""
-    body = CARD_BODY.format(
-        title=PAPER_TITLE, arxiv=PAPER_ARXIV, counts=counts, tts_line=tts_line, incomplete=incomplete, qc=qc
-    )
-    return header + body
-
-
-def _card_info(name: str, count: int, num_bytes: int | None) -> dict:
-    features = [
-        {"name": "Qid", "dtype": "string"},
-        {"name": "audio", "dtype": {"audio": {"sampling_rate": SAMPLE_RATE}}},
-    ]
-    features += [{"name": column, "dtype": "string"} for column in data.set_columns(name)[1:]]
-    info: dict[str, Any] = {"config_name": name, "features": features}
-    if num_bytes is not None:  # datasets ignores a split entry without num_bytes
-        info["splits"] = [{"name": "test", "num_bytes": num_bytes, "num_examples": count}]
-    return info
-
-
-CARD_BODY = """
-# CS3-Bench: Mandarin-English code-switching speech-to-speech benchmark
-{incomplete}
-Spoken questions that mix Mandarin and English in one utterance ("Mormon church的总部位于美国哪个城市？"),
-for evaluating speech-to-speech language models on knowledge and open-ended conversation, from the paper
-*{title}* ([arXiv {arxiv}](https://arxiv.org/abs/{arxiv})).
-
-| config | rows (split `test`) | categories |
-| --- | --- | --- |
-{counts}
-
-## Sets and columns
-
-- `knowledge`: code-switched knowledge questions. `Qid`, `audio`, `Question` (the code-switched text that
-  was spoken), `Answer_zh`, `Answer_en`, `Source` (original QA set), `Category` (`Acoustic`, `Semantic` or
-  `Integrated`: the kind of challenge the code-switched words pose, as labelled by the CS3-Bench authors),
-  plus `Question_zh` and `Question_en` (monolingual versions; `Question_zh` may be null).
-- `knowledge_en`: the English twin of every knowledge item (same `Qid`, one to one): `Qid`, `audio`,
-  `Question`, `Answer`, `Category`.
-- `open_ended`: code-switched open questions with a reference answer: `Qid`, `audio`, `Question`, `Answer`,
-  `Source`.
-
-`audio` is 16 kHz mono FLAC, stored as the Hugging Face `Audio` struct `{{bytes, path}}`.
-
-## Loading
-
-```python
-import datasets
-ds = datasets.load_dataset("VocalNet/CS3-Bench", "knowledge", split="test")  # or a local build folder
-# datasets >= 4 decodes audio through torchcodec; to read the FLAC bytes yourself:
-ds = ds.cast_column("audio", datasets.Audio(decode=False))
-import io, soundfile
-wave, sr = soundfile.read(io.BytesIO(ds[0]["audio"]["bytes"]))
-```
-
-With cs3-bench: `cs3_tasks.data.load_set("knowledge", location)` (Hub id, a build folder, or `demo`).
-
-## How it was built
-
-`cs3-bench build-dataset --source DIR --out DIR --tts {{espeak,cosyvoice2}}` (package `cs3-bench`):
-
-1. the source JSON (`cs_knowledge.json`, `cs_knowledge_en.json`, `cs_open_ended.json`) is validated
-   (missing fields, empty texts, duplicate Qids, knowledge/knowledge_en mismatches are errors);
-2. each `Question` is synthesized with {tts_line}
-   Audio is resampled to 16 kHz mono and cached by content, so a re-run only redoes what changed;
-3. an ASR round trip (Whisper) checks every clip, or a sample: character error rate over the Chinese
-   characters and recall of the English words, after normalisation; items over threshold are listed in
-   `qc_report.md` and are re-synthesized with another speaker/seed or accepted after listening, through a
-   corrections file, the way the paper's authors corrected mismatches by hand;
-4. parquet files per config and this card are written.
-{qc}
-## License and citation
-
-The texts are released under Apache-2.0. In the published set, the knowledge questions derive from
-TriviaQA, WebQuestions, LLaMA Questions and SciQ (`Source`; please also respect their terms) and the
-open-ended questions were written by hand or with GPT-4o.
-
-```bibtex
-@article{{cs3bench2025,
-  title   = {{{title}}},
-  author  = {{Liu, Heyang and Wang, Yuhao and Cheng, Ziyang and Wu, Ronghua and Gu, Qunshan and Wang, Yanfeng
-             and Wang, Yu}},
-  journal = {{arXiv preprint arXiv:{arxiv}}},
-  year    = {{2025}},
-  url     = {{https://arxiv.org/abs/{arxiv}}}
-}}
-```
-"""
-
-
-def write_card(
-    out: Path,
-    source: dict[str, list[dict]],
-    rows: dict[str, int],
-    *,
-    tts_backend: str,
-    missing: dict[str, list[str]],
-    qc_summary: str | None,
-    num_bytes: dict[str, int] | None = None,
-) -> None:
-    categories = {
-        name: dict(
-            Counter(
-                r["Category"] for r in records if r["Qid"] not in set(missing.get(name, []))
-            ).most_common()
-        )
-        for name, records in source.items()
-        if records and "Category" in records[0]
-    }
-    card = render_card(
-        rows,
-        tts_backend=tts_backend,
-        categories=categories,
-        missing=missing,
-        qc_summary=qc_summary,
-        num_bytes=num_bytes,
-    )
-    atomic_write(Path(out) / "README.md", card)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # the pipeline
 
@@ -766,7 +598,7 @@ def build_dataset(config: BuildConfig) -> BuildResult:
         if qc_records
         else None
     )
-    write_card(
+    card.write_card(
         out,
         source,
         rows,
@@ -837,10 +669,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help=f"cosyvoice2 model directory (default ${tts.COSYVOICE_MODEL_ENV})",
     )
-    parser.add_argument("--asr-model", help="ASR model for QC (default: cs3_tasks.asr.default_model())")
-    parser.add_argument(
-        "--asr-backend", default="faster-whisper", choices=("faster-whisper", "openai-whisper")
-    )
+    asr.add_asr_arguments(parser)  # the ASR of the QC round trip
     parser.add_argument(
         "--qc",
         choices=QC_MODES,
@@ -880,14 +709,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        asr_config = asr.asr_config_from_args(args)
+    except ValueError as err:  # an unknown $CS3_ASR_BACKEND
+        print(f"build-dataset: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     config = BuildConfig(
         source=args.source,
         out=args.out,
         tts_backend=args.tts,
         speakers=args.speakers,
         cosyvoice_model=args.cosyvoice_model,
-        asr_model=args.asr_model,
-        asr_backend=args.asr_backend,
+        asr_model=asr_config.model,
+        asr_backend=asr_config.backend,
+        asr_short_clips=asr_config.short_clips,
         qc=args.qc,
         qc_sample=args.qc_sample,
         max_cer=args.max_cer,

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import yaml
 
-from cs3_tasks import build, data, tts
+from cs3_tasks import build, card, data, tts
 from cs3_tasks.asr import Transcript
 from cs3_tasks.cache import AudioCache
 from cs3_tasks.cli import main as cli_main
@@ -605,7 +605,7 @@ def test_demo_build_is_deterministic(tmp_path):
 
 def test_hf_dataset_card_is_the_rendered_template():
     """hf_dataset/README.md is render_card() for the full dataset: regenerate it when the template changes."""
-    expected = build.render_card(
+    expected = card.render_card(
         {"knowledge": 362, "knowledge_en": 362, "open_ended": 200},
         tts_backend="cosyvoice2",
         categories={

@@ -33,7 +33,9 @@ from typing import Any
 import numpy as np
 from lm_eval.api.model import LM
 
-from cs3_tasks.audio import AudioSource, load_audio, write_wav
+from cs3_tasks.audio import SAMPLE_RATE, AudioSource, load_audio, write_wav
+from cs3_tasks.cache import atomic_write
+from cs3_tasks.data import SETS
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +60,7 @@ class SpeechReply:
 
     text: str
     audio: np.ndarray | None = None
-    sample_rate: int = 16_000
+    sample_rate: int = SAMPLE_RATE
 
 
 Outcome = SpeechReply | BaseException
@@ -93,6 +95,14 @@ def speech_request(instance: Any, index: int) -> SpeechRequest:
 
 def _is_array_tuple(value: Any) -> bool:
     return isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], np.ndarray)
+
+
+def set_of_task(task_name: str | None) -> str | None:
+    """``cs3_knowledge_en`` / ``cs3_knowledge_en_text`` -> ``knowledge_en``; None for other tasks."""
+    if not task_name:
+        return None
+    name = task_name.removeprefix("cs3_").removesuffix("_text")
+    return name if name in SETS else None
 
 
 def safe_name(text: str) -> str:
@@ -195,7 +205,7 @@ class SpeechLM(LM):
     # -- helpers for subclasses ---------------------------------------------------------------
 
     @staticmethod
-    def query_audio(req: SpeechRequest, sample_rate: int = 16_000) -> np.ndarray:
+    def query_audio(req: SpeechRequest, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
         """The query waveform; a clear error naming the Qid when it is missing or unreadable."""
         if req.audio is None:
             raise ItemError(f"{req.task}/{req.qid}: the request carries no query audio "
@@ -301,8 +311,6 @@ class SpeechLM(LM):
     def responses_file(self, task: str) -> Path:
         """``<output_dir>/<set>.jsonl`` (``cs3_knowledge`` -> ``knowledge.jsonl``): the layout that
         ``cs3-bench score`` and ``cs3-precomputed`` read, so a run's outputs can be re-scored as they are."""
-        from cs3_tasks.models.precomputed import set_of_task
-
         return self.output_dir / f"{set_of_task(task) or safe_name(task)}.jsonl"
 
     def _append_row(self, req: SpeechRequest, text: str, audio_path: str | None, error: BaseException | None):
@@ -327,9 +335,7 @@ class SpeechLM(LM):
                     latest[str(json.loads(line)["Qid"])] = line
                 except (json.JSONDecodeError, KeyError, TypeError):
                     continue  # a half-written line of a killed run
-            tmp = path.with_suffix(".jsonl.tmp")
-            tmp.write_text("".join(line + "\n" for line in latest.values()), encoding="utf-8")
-            tmp.replace(path)
+            atomic_write(path, "".join(line + "\n" for line in latest.values()))
 
     def _append_jsonl(self, path: Path, row: dict) -> None:
         with self._write_lock:

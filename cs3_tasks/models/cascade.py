@@ -53,7 +53,8 @@ class CascadeLM(SpeechLM):
         max_new_tokens: int = 512,
         dtype: str = "auto",
         asr_model: str | None = None,
-        asr_backend: str = "faster-whisper",
+        asr_backend: str | None = None,
+        asr_short_clips: str | None = None,
         asr_language: str | None = None,
         asr_use_cache: bool = True,
         tts_backend: str = "espeak",
@@ -74,7 +75,8 @@ class CascadeLM(SpeechLM):
         self.system_prompt = system_prompt or None
         self.send_instruction = as_bool(send_instruction)
         self.max_new_tokens = int(max_new_tokens)
-        self.asr = {"model": asr_model, "backend": asr_backend, "use_cache": as_bool(asr_use_cache)}
+        self.asr = {"model": asr_model, "backend": asr_backend, "short_clips": asr_short_clips,
+                    "use_cache": as_bool(asr_use_cache)}
         self.asr_language = asr_language or None
         self.tts_backend, self.tts_voice = tts_backend, tts_voice
         self.max_concurrency = max(1, int(max_concurrency))

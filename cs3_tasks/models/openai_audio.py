@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from lm_eval.api.registry import register_model
 
+from cs3_tasks.audio import SAMPLE_RATE
 from cs3_tasks.models.base import ItemError, Outcome, SpeechLM, SpeechReply, SpeechRequest, as_bool
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ def chat_url(base_url: str) -> str:
     return url if url.endswith("/chat/completions") else url + "/chat/completions"
 
 
-def wav_base64(audio: np.ndarray, sample_rate: int = 16_000) -> str:
+def wav_base64(audio: np.ndarray, sample_rate: int = SAMPLE_RATE) -> str:
     """16-bit PCM WAV, base64: the payload of an ``input_audio`` content part."""
     import soundfile as sf
 
@@ -115,7 +116,7 @@ def parse_reply(body: dict) -> SpeechReply:
     if isinstance(content, list):  # some servers return content parts
         content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
     text = content if isinstance(content, str) and content.strip() else (audio_part.get("transcript") or "")
-    audio, rate = None, 16_000
+    audio, rate = None, SAMPLE_RATE
     if audio_part.get("data"):
         try:
             audio, rate = sf.read(io.BytesIO(base64.b64decode(audio_part["data"])), dtype="float32",
@@ -170,7 +171,7 @@ class OpenAIAudioLM(SpeechLM):
         return self.model
 
     def request_body(self, req: SpeechRequest) -> dict:
-        audio = self.query_audio(req, 16_000)
+        audio = self.query_audio(req, SAMPLE_RATE)
         instruction = req.instruction if self.send_instruction else ""
         body: dict[str, Any] = {
             "model": self.model,

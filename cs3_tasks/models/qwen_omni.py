@@ -24,6 +24,7 @@ from typing import Any
 
 from lm_eval.api.registry import register_model
 
+from cs3_tasks.audio import SAMPLE_RATE
 from cs3_tasks.models.base import Outcome, SpeechLM, SpeechReply, SpeechRequest, as_bool, pick_device
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,6 @@ OFFICIAL_SYSTEM_PROMPT = (
     "auditory and visual inputs, as well as generating text and speech."
 )
 OUTPUT_SAMPLE_RATE = 24_000
-INPUT_SAMPLE_RATE = 16_000
 
 
 def audio_token_count(feature_frames: int) -> int:
@@ -117,8 +117,8 @@ class QwenOmniLM(SpeechLM):
                 f"<|im_start|>user\n{audio}{instruction}<|im_end|>\n<|im_start|>assistant\n")
 
     def build_inputs(self, requests: Sequence[SpeechRequest]) -> dict:
-        audios = [self.query_audio(req, INPUT_SAMPLE_RATE) for req in requests]
-        features = self.feature_extractor(audios, sampling_rate=INPUT_SAMPLE_RATE, return_attention_mask=True,
+        audios = [self.query_audio(req, SAMPLE_RATE) for req in requests]
+        features = self.feature_extractor(audios, sampling_rate=SAMPLE_RATE, return_attention_mask=True,
                                           padding="max_length", return_tensors="pt")
         frames = features["attention_mask"].sum(-1).tolist()
         prompts = [self.prompt(req.instruction, audio_token_count(int(n))) for req, n in zip(requests, frames)]

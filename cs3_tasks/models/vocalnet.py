@@ -48,7 +48,7 @@ from typing import Any
 
 from lm_eval.api.registry import register_model
 
-from cs3_tasks.audio import write_wav
+from cs3_tasks.audio import SAMPLE_RATE, write_wav
 from cs3_tasks.models.base import ItemError, Outcome, SpeechLM, SpeechReply, SpeechRequest, as_bool, safe_name
 from cs3_tasks.recipe import adapter as recipe_adapter
 from cs3_tasks.recipe.transforms import Response
@@ -288,13 +288,13 @@ class VocalNetLM(SpeechLM):
             item_dir = Path(self._scratch.name) / safe_name(f"{req.task}-{req.qid}")
             (item_dir / "out").mkdir(parents=True, exist_ok=True)
             query = item_dir / f"{safe_name(req.qid)}.wav"
-            write_wav(query, self.query_audio(req, 16_000), 16_000)
+            write_wav(query, self.query_audio(req, SAMPLE_RATE), SAMPLE_RATE)
             self.vocalnet.set_audio_dir(str(item_dir / "out"))
             result = self.vocalnet([{"role": "user", "content": "<speech>", "path": str(query)}])
             text = str(result.get("text") or "")
             if self.recipe is not None:
                 text = self.recipe.response(text).text
-            audio, rate = None, 16_000
+            audio, rate = None, SAMPLE_RATE
             if self.s2s:
                 if not result.get("audio") or not Path(result["audio"]).exists():
                     raise ItemError(f"{req.task}/{req.qid}: VocalNet returned no speech file ({result.get('audio')})")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cs3_tasks.cache import atomic_write
 from cs3_tasks.recipe import construct, mixing
 from cs3_tasks.recipe.transforms import TransformConfig, transform_target
 
@@ -86,14 +87,12 @@ def build_data(config: BuildDataConfig) -> BuildDataResult:
               "transform": config.transforms.name, "train_items": len(train_items),
               "items": construct.candidate_records(cands)}
     _write_json(out / "report.json", report)
-    (out / "report.md").write_text(_report_markdown(report), encoding="utf-8")
+    atomic_write(out / "report.md", _report_markdown(report))
     return BuildDataResult(counts, summary, len(train_items), out)
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
-    tmp.replace(path)
+    atomic_write(path, json.dumps(data, ensure_ascii=False, indent=1))
 
 
 def _report_markdown(report: dict) -> str:

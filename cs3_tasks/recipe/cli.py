@@ -8,6 +8,8 @@ import logging
 import sys
 from pathlib import Path
 
+from cs3_tasks.asr import add_asr_arguments, asr_config_from_args
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="recipe_command", required=True, metavar="STEP")
@@ -29,12 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sp = b.add_argument_group("speech (TTS -> ASR round trip)")
     sp.add_argument("--tts-backend", default="espeak", help="espeak | cosyvoice2")
     sp.add_argument("--voice", default=None)
-    sp.add_argument("--asr-model", default=None)
-    sp.add_argument("--asr-backend", default="faster-whisper")
     sp.add_argument("--max-cer", type=float, default=0.2, help="QC: max CER of the Chinese (<0: off)")
     sp.add_argument("--min-english-recall", type=float, default=0.8,
                     help="QC: min share of the English words heard (<0: off)")
     b.add_argument("--progress", action="store_true")
+    add_asr_arguments(b)  # the ASR of the round trip
 
     t = sub.add_parser("train", help="LoRA training (transformers Trainer; use accelerate launch for GPUs)")
     t.add_argument("--config", type=Path, required=True, help="training YAML (see recipe/configs/)")
@@ -56,6 +57,11 @@ def _run_build_data(args: argparse.Namespace) -> int:
     from cs3_tasks.recipe.mixing import MixConfigError
     from cs3_tasks.recipe.transforms import TransformConfig
 
+    try:
+        asr_config = asr_config_from_args(args)
+    except ValueError as exc:  # an unknown $CS3_ASR_BACKEND
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     common = {"base_url": args.llm_base_url, "api_key_env": args.llm_api_key_env,
               "max_concurrency": args.llm_concurrency, "cache_path": args.llm_cache}
     try:
@@ -63,8 +69,8 @@ def _run_build_data(args: argparse.Namespace) -> int:
         checker = JudgeConfig.from_env(model=args.checker_model or rewriter.model, **common)
         config = BuildDataConfig(
             input=args.input, out=args.out, rewriter=rewriter, checker=checker, mix=args.mix, limit=args.limit,
-            speech=SpeechSettings(tts_backend=args.tts_backend, voice=args.voice, asr_model=args.asr_model,
-                                  asr_backend=args.asr_backend,
+            speech=SpeechSettings(tts_backend=args.tts_backend, voice=args.voice,
+                                  asr=asr_config,
                                   max_cer=None if args.max_cer < 0 else args.max_cer,
                                   min_english_recall=None if args.min_english_recall < 0 else args.min_english_recall,
                                   progress=args.progress),

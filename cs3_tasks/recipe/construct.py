@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cs3_tasks.asr import AsrConfig
 from cs3_tasks.cache import AudioCache
 from cs3_tasks.recipe.transforms import surface_english_words
 
@@ -203,8 +204,7 @@ class SpeechSettings:
     tts_backend: str = "espeak"
     voice: str | None = None
     seed: int = 0
-    asr_model: str | None = None
-    asr_backend: str = "faster-whisper"
+    asr: AsrConfig = field(default_factory=AsrConfig)
     max_cer: float | None = 0.2               # None: not checked
     min_english_recall: float | None = 0.8    # None: not checked
     progress: bool = False
@@ -233,8 +233,9 @@ def synthesize_and_verify(cands: Sequence[Candidate], out_dir: Path, settings: S
         spoken.append((cand, flac))
     if not spoken:
         return
-    heard = asr.transcribe_batch([f for _, f in spoken], language="zh", model=settings.asr_model,
-                                 backend=settings.asr_backend, progress=settings.progress)
+    heard = asr.transcribe_batch([f for _, f in spoken], language="zh", model=settings.asr.model,
+                                 backend=settings.asr.backend, short_clips=settings.asr.short_clips,
+                                 progress=settings.progress)
     for (cand, _), transcript in zip(spoken, heard):
         if transcript.error is not None:
             cand.status, cand.error = "asr_error", transcript.error

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from cs3_tasks.audio import SAMPLE_RATE
+
 IGNORE_INDEX = -100
 
 
@@ -144,7 +146,7 @@ def whisper_feature_extractor(encoder_config, chunk_seconds: float | None = None
     from transformers import WhisperFeatureExtractor
 
     frames = 2 * encoder_config.max_source_positions          # conv stride 2
-    chunk = chunk_seconds or frames * 160 / 16_000             # hop 160 at 16 kHz
+    chunk = chunk_seconds or frames * 160 / SAMPLE_RATE        # hop 160 samples
     return WhisperFeatureExtractor(feature_size=encoder_config.num_mel_bins, chunk_length=round(chunk))
 
 

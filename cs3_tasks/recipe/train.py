@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cs3_tasks.audio import SAMPLE_RATE
 from cs3_tasks.recipe.adapter import RECIPE_FILE, apply_adapter, decode_keeping_recipe_tokens
 from cs3_tasks.recipe.transforms import SPECIAL_TOKENS, TransformConfig, postprocess, transform_target
 
@@ -180,7 +181,7 @@ class SpeechCollator:
         from cs3_tasks.audio import load_audio
 
         audios = [load_audio(p) for p in paths]
-        return self.fe(audios, sampling_rate=16_000, return_tensors="pt").input_features
+        return self.fe(audios, sampling_rate=SAMPLE_RATE, return_tensors="pt").input_features
 
     def __call__(self, examples: list[TrainExample]) -> dict:
         import torch
