@@ -123,7 +123,7 @@ def run_ours(outputs: Path, dataset: Path, out: Path, model: str, base_url: str,
     in_asr = 0.0
     transcribe_batch = asr.transcribe_batch
 
-    def timed(*a, **k):  # scoring imports transcribe_batch at call time: this wrapper is what it gets
+    def timed(*a, **k):  # scoring looks transcribe_batch up at call time: this wrapper is what it gets
         nonlocal in_asr
         t0 = time.perf_counter()
         try:
@@ -160,7 +160,7 @@ def run_naive(docs: list[dict], outputs: Path, model: str, base_url: str) -> tup
     Returns (total seconds, {"asr_s", "judge_s"} time spent in each, per-item rows).
     """
     from cs3_tasks import asr, judge, metrics, text
-    from cs3_tasks.scoring import read_outputs
+    from cs3_tasks.outputs import read_outputs
 
     config = judge.JudgeConfig(base_url=base_url, model="fake-judge", api_key_env="", max_concurrency=1,
                                use_cache=False)

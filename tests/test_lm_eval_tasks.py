@@ -14,6 +14,8 @@ import pytest
 
 lm_eval = pytest.importorskip("lm_eval")
 
+from cs3_tasks.task_configs.run import LmEvalRun
+
 from cs3_tasks import data, evaluate, lm_eval_hook
 from cs3_tasks.speech import encode_response
 
@@ -92,14 +94,12 @@ def test_doc_to_audio_is_hashable_by_the_request_cache(utils):
 def test_judge_joins_only_when_configured(utils, monkeypatch):
     for var in ("CS3_JUDGE_MODEL", "CS3_JUDGE_BASE_URL"):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(utils, "_SETTINGS", {})
-    assert utils.judge_config() is None
+    assert utils.judge_config({}) is None
     monkeypatch.setenv("CS3_JUDGE_BASE_URL", "http://127.0.0.1:9/v1")
     monkeypatch.setenv("CS3_JUDGE_MODEL", "local-judge")
-    config = utils.judge_config()
+    config = utils.judge_config({})
     assert config is not None and config.model == "local-judge"
-    monkeypatch.setattr(utils, "_SETTINGS", {"judge": "none"})
-    assert utils.judge_config() is None
+    assert utils.judge_config({"judge": "none"}) is None
 
 
 def _docs(set_name: str) -> list[dict]:
@@ -109,9 +109,9 @@ def _docs(set_name: str) -> list[dict]:
 @needs_demo
 def test_filter_records_and_metrics_equal_scoring_summaries(utils, monkeypatch):
     """lm-eval's numbers are cs3_tasks.scoring's: same records, same summarize()."""
-    from cs3_tasks import scoring
+    from cs3_tasks import summary
 
-    monkeypatch.setattr(utils, "_SETTINGS", {"judge": "none"})
+    monkeypatch.setattr(utils, "RUN", LmEvalRun({"judge": "none"}))
     docs = _docs("knowledge")
     # right answer (Chinese keyword) for even items, a wrong one for odd items; text only
     resps = [[encode_response(d["Answer_zh"] if i % 2 == 0 else "不知道", None)] for i, d in enumerate(docs)]
@@ -120,7 +120,7 @@ def test_filter_records_and_metrics_equal_scoring_summaries(utils, monkeypatch):
     assert [r["qid"] for r in records] == [d["Qid"] for d in docs]
     per_doc = [utils.process_results(d, [f]) for d, f in zip(docs, filtered)]
     assert set(per_doc[0]) == set(utils.metric_names("knowledge"))
-    expected = scoring.summarize("knowledge", records)
+    expected = summary.summarize("knowledge", records)
     column = {name: [m[name] for m in per_doc] for name in per_doc[0]}
     assert utils.agg_acc_text(column["acc_text"]) == pytest.approx(expected["text"]["accuracy"]["value"])
     assert utils.agg_acc_text(column["acc_text"]) == pytest.approx(
@@ -138,7 +138,7 @@ def test_filter_records_and_metrics_equal_scoring_summaries(utils, monkeypatch):
 
 @needs_demo
 def test_missing_output_is_excluded_not_wrong(utils, monkeypatch):
-    monkeypatch.setattr(utils, "_SETTINGS", {"judge": "none"})
+    monkeypatch.setattr(utils, "RUN", LmEvalRun({"judge": "none"}))
     docs = _docs("knowledge")[:2]
     resps = [[encode_response(docs[0]["Answer_zh"], None)],
              [encode_response(None, None, problem="no output for this Qid")]]
@@ -149,9 +149,8 @@ def test_missing_output_is_excluded_not_wrong(utils, monkeypatch):
 
 @needs_demo
 def test_cs_vs_en_drop_uses_the_same_run(utils, monkeypatch):
-    monkeypatch.setattr(utils, "_SETTINGS", {"judge": "none"})
+    monkeypatch.setattr(utils, "RUN", LmEvalRun({"judge": "none"}))  # a fresh run: no records yet
     cs_docs, en_docs = _docs("knowledge"), _docs("knowledge_en")
-    utils._RECORDS.clear()
     en = [json.loads(f) for f in utils.ScoreResponses(set_name="knowledge_en").apply(
         [[d["Answer"]] for d in en_docs], en_docs)]
     compact_en = [utils.compact(r) for r in en]
