@@ -207,8 +207,9 @@ def summarize_conversation(records: Sequence[dict]) -> dict:
     edits / total tokens). A channel without any response is None (not applicable).
     """
     from cs3_tasks import metrics
+    from cs3_tasks.summary import item_counts
 
-    scorable = [r for r in records if not (r["problem"] or "").startswith("unknown id")]
+    scorable, counts = item_counts(records, noun="id")
     both = [r for r in scorable if r["text"] is not None and r["transcript"] is not None]
     first = scorable[0] if scorable else (records[0] if records else {})
     return {
@@ -216,12 +217,7 @@ def summarize_conversation(records: Sequence[dict]) -> dict:
         "pair": first.get("pair"),
         "expected_language": first.get("expected_language"),
         "asr_language_hint": first.get("asr_language_hint"),
-        "n_records": len(records),
-        "n_items": len(scorable),
-        "n_unknown_id": len(records) - len(scorable),
-        "n_no_output": sum(1 for r in scorable if r["text"] is None and r["audio"] is None),
-        "n_problems": sum(1 for r in records if r["problem"]),
-        "n_asr_error": sum(1 for r in records if r["asr_error"]),
+        **counts,
         "text": _channel_summary(scorable, "text"),
         "speech": _channel_summary(scorable, "speech"),
         "asr_error_rate": metrics.mean_score(
@@ -243,12 +239,9 @@ def _pair_of(record: Mapping) -> LanguagePair:
 
 
 def _fmt(entry: Mapping | None, percent: bool = False) -> str:
-    if not entry or entry.get("value") is None:
-        return "n/a"
-    value, low, high = entry["value"], entry.get("ci_low"), entry.get("ci_high")
-    if percent:
-        return f"{100 * value:.1f}%" + (f" [{100 * low:.1f}, {100 * high:.1f}]" if low is not None else "")
-    return f"{value:.3f}" + (f" [{low:.3f}, {high:.3f}]" if low is not None else "")
+    from cs3_tasks.summary import format_entry
+
+    return format_entry(entry, percent)
 
 
 def summary_markdown(summary: Mapping, model: str = "model") -> str:

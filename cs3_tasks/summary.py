@@ -77,20 +77,29 @@ def _channel_summary(set_name: str, records: Sequence[dict], ch: str) -> dict | 
     return summary
 
 
+def item_counts(records: Sequence[dict], *, noun: str = "Qid") -> tuple[list[dict], dict]:
+    """The scorable records (all but those of unknown ids) and the counts every summary reports:
+    records, items, unknown ids (``n_unknown_<noun>``), items without output, with problems, ASR errors."""
+    scorable = [r for r in records if not (r["problem"] or "").startswith(f"unknown {noun}")]
+    return scorable, {
+        "n_records": len(records),
+        "n_items": len(scorable),
+        f"n_unknown_{noun.lower()}": len(records) - len(scorable),
+        "n_no_output": sum(1 for r in scorable if r["text"] is None and r["audio"] is None),
+        "n_problems": sum(1 for r in records if r["problem"]),
+        "n_asr_error": sum(1 for r in records if r["asr_error"]),
+    }
+
+
 def summarize(set_name: str, records: Sequence[dict]) -> dict:
     """Headline rates with 95% CIs, per Category, and every count needed to audit them."""
     from cs3_tasks import metrics
 
     check_set(set_name)
-    scorable = [r for r in records if not (r["problem"] or "").startswith("unknown Qid")]
+    scorable, counts = item_counts(records)
     return {
         "set": set_name,
-        "n_records": len(records),
-        "n_items": len(scorable),
-        "n_unknown_qid": len(records) - len(scorable),
-        "n_no_output": sum(1 for r in scorable if r["text"] is None and r["audio"] is None),
-        "n_problems": sum(1 for r in records if r["problem"]),
-        "n_asr_error": sum(1 for r in records if r["asr_error"]),
+        **counts,
         "text": _channel_summary(set_name, scorable, "text"),
         "speech": _channel_summary(set_name, scorable, "speech"),
         "psr": _psr(scorable),
@@ -138,7 +147,8 @@ def compare_cs_en(cs_summary: Mapping, en_summary: Mapping) -> dict:
 # markdown
 
 
-def _fmt(entry: Mapping | None, percent: bool = True) -> str:
+def format_entry(entry: Mapping | None, percent: bool = True) -> str:
+    """``value [ci_low, ci_high]`` of a metric entry, in % or with 3 decimals; "n/a" without a value."""
     if not entry or entry.get("value") is None:
         return "n/a"
     value = entry["value"]
@@ -147,6 +157,7 @@ def _fmt(entry: Mapping | None, percent: bool = True) -> str:
         text = f"{100 * value:.1f}%"
         return text + (f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else "")
     return f"{value:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+
 
 
 def summary_markdown(summary: Mapping) -> str:
@@ -165,13 +176,13 @@ def summary_markdown(summary: Mapping) -> str:
             if s is None:
                 lines.append(f"| {ch} | n/a | 0 | | | | | n/a |")
                 continue
-            lines.append(f"| {ch} | {_fmt(s['accuracy'])} | {s['accuracy']['n']} | {s['n_judge_error']} | "
-                         f"{s['n_unresolved']} | {s['n_empty']} | {s['n_missing']} | {_fmt(s['lsa'])} |")
+            lines.append(f"| {ch} | {format_entry(s['accuracy'])} | {s['accuracy']['n']} | {s['n_judge_error']} | "
+                         f"{s['n_unresolved']} | {s['n_empty']} | {s['n_missing']} | {format_entry(s['lsa'])} |")
         categories = sorted({c for ch in CHANNELS for c in ((summary.get(ch) or {}).get("by_category") or {})})
         if categories:
             lines += ["", "| category | text accuracy | speech accuracy |", "| --- | --- | --- |"]
             for c in categories:
-                cells = [_fmt(((summary.get(ch) or {}).get("by_category") or {}).get(c)) for ch in CHANNELS]
+                cells = [format_entry(((summary.get(ch) or {}).get("by_category") or {}).get(c)) for ch in CHANNELS]
                 lines.append(f"| {c} | {cells[0]} | {cells[1]} |")
     else:
         lines += ["| channel | understanding rate | mean relevance | mean semantic | judge errors | LSA |",
@@ -181,21 +192,21 @@ def summary_markdown(summary: Mapping) -> str:
             if s is None:
                 lines.append(f"| {ch} | n/a | n/a | n/a | | n/a |")
                 continue
-            lines.append(f"| {ch} | {_fmt(s['understanding_rate'])} | {_fmt(s['mean_relevance'], False)} | "
-                         f"{_fmt(s['mean_semantic'], False)} | {s['n_relevance_error'] + s['n_semantic_error']} "
-                         f"| {_fmt(s['lsa'])} |")
+            lines.append(f"| {ch} | {format_entry(s['understanding_rate'])} | {format_entry(s['mean_relevance'], False)} | "
+                         f"{format_entry(s['mean_semantic'], False)} | {s['n_relevance_error'] + s['n_semantic_error']} "
+                         f"| {format_entry(s['lsa'])} |")
     psr = summary["psr"]
     lines += ["", "| PSR | English WER | mixed error rate |", "| --- | --- | --- |",
-              (f"| {_fmt(psr)} ({psr['recognised']}/{psr['words']} words; {psr['n_excluded_no_english']} items "
-              f"without English words excluded) | {_fmt(summary['english_wer'], False)} | "
-              f"{_fmt(summary['mixed_error_rate'], False)} |")]
+              (f"| {format_entry(psr)} ({psr['recognised']}/{psr['words']} words; {psr['n_excluded_no_english']} items "
+              f"without English words excluded) | {format_entry(summary['english_wer'], False)} | "
+              f"{format_entry(summary['mixed_error_rate'], False)} |")]
     comparison = summary.get("cs_vs_en")
     if comparison:
         lines += ["", "| channel | acc cs | acc en | drop (abs) | drop (rel) | preserve |",
                   "| --- | --- | --- | --- | --- | --- |"]
         for ch in CHANNELS:
             c = comparison[ch]
-            cells = [_fmt({"value": c[k]}) for k in ("acc_cs", "acc_en", "drop_abs", "drop_rel", "preserve")]
+            cells = [format_entry({"value": c[k]}) for k in ("acc_cs", "acc_en", "drop_abs", "drop_rel", "preserve")]
             lines.append(f"| {ch} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

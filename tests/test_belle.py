@@ -227,17 +227,24 @@ def test_belle_task_through_lm_eval_echo_system(tmp_path):
     assert record["speech_language"] == "zh" and record["transcript"]
 
 
-def test_score_cli_on_a_belle_style_folder_text_only(tmp_path):
+def _belle_style_folder(tmp_path: Path) -> Path:
+    """A two-item BELLE-eval-S2S folder as distributed (test.tsv + wav/)."""
     import numpy as np
 
     from cs3_tasks import audio
-    from cs3_tasks.conversation import add_arguments, run
 
     folder = tmp_path / "belle"
     (folder / "wav").mkdir(parents=True)
     (folder / "test.tsv").write_text("id\ttext\n0\t你好吗？\n1\t今天天气怎么样？\n", encoding="utf-8")
     for qid in ("0", "1"):
         audio.write_wav(folder / "wav" / f"{qid}.wav", np.zeros(1600, dtype=np.float32))
+    return folder
+
+
+def test_score_cli_on_a_belle_style_folder_text_only(tmp_path):
+    from cs3_tasks.conversation import add_arguments, run
+
+    folder = _belle_style_folder(tmp_path)
     outputs = tmp_path / "outputs"
     outputs.mkdir()
     (outputs / f"{SET}.jsonl").write_text(
@@ -275,16 +282,9 @@ def test_score_conversation_cli_resumes_and_refuses_other_settings(tmp_path, mon
     """score-conversation is resumable like score: a re-run scores only what is missing or changed."""
     import argparse
 
-    import numpy as np
-
-    from cs3_tasks import audio
     from cs3_tasks.conversation import add_arguments, run
 
-    folder = tmp_path / "belle"
-    (folder / "wav").mkdir(parents=True)
-    (folder / "test.tsv").write_text("id\ttext\n0\t你好吗？\n1\t今天天气怎么样？\n", encoding="utf-8")
-    for qid in ("0", "1"):
-        audio.write_wav(folder / "wav" / f"{qid}.wav", np.zeros(1600, dtype=np.float32))
+    folder = _belle_style_folder(tmp_path)
     outputs = tmp_path / "outputs"
     outputs.mkdir()
     rows = [{"Qid": "0", "text": "I am fine.", "audio": None}, {"Qid": "1", "text": "Sunny.", "audio": None}]

@@ -444,6 +444,28 @@ def test_cli_writes_records_summary_and_markdown(tmp_path, fakes):
     assert "| text |" in (out / "knowledge.summary.md").read_text()
 
 
+@pytest.mark.parametrize("first", ["knowledge", "knowledge_en"])
+def test_cli_cs_vs_en_does_not_depend_on_which_set_is_scored_first(tmp_path, fakes, first):
+    asr, _ = fakes
+    outputs, cs_dataset = _cli_fixture(tmp_path, asr)
+    en_docs = [{"Qid": f"k-{i:03d}", "Question": f"question {i}", "Answer": f"answer{i}",
+                "Category": ("Acoustic", "Semantic", "Integrated")[i % 3]} for i in range(6)]
+    en_dataset = tmp_path / "cs_knowledge_en.json"
+    en_dataset.write_text(json.dumps(en_docs), encoding="utf-8")
+    en_rows = [{"Qid": d["Qid"], "Response": d["Answer"] if i < 3 else "no idea"} for i, d in enumerate(en_docs)]
+    _authors_layout(outputs, "knowledge_en", en_rows, {})
+    out = tmp_path / "result"
+    datasets = {"knowledge": cs_dataset, "knowledge_en": en_dataset}
+    second = "knowledge_en" if first == "knowledge" else "knowledge"
+    for set_name in (first, second):
+        assert scoring.run(_args(outputs, out, datasets[set_name], set_name=set_name, no_judge=True)) == 0
+    cs = json.loads((out / "knowledge.summary.json").read_text())
+    en = json.loads((out / "knowledge_en.summary.json").read_text())
+    assert cs["cs_vs_en"] == en["cs_vs_en"] == compare_cs_en(cs, en)
+    assert cs["cs_vs_en"]["text"]["acc_en"] == pytest.approx(0.5)
+    assert "preserve" in (out / "knowledge.summary.md").read_text()
+
+
 def test_cli_resumes_after_a_kill_without_recomputing(tmp_path, fakes, monkeypatch):
     asr, _ = fakes
     killer = FakeJudge(kill_after_calls=2)  # text judge (1 call) + first speech chunk, then "killed"
