@@ -1,9 +1,10 @@
-"""The LLM judge: an OpenAI-compatible chat-completions client with strict verdict parsing.
+"""The LLM judge: prompts, strict verdict parsing and a cached, concurrent engine over an LLM endpoint.
 
 One engine (``ask_batch``) serves every judge task: each prompt is rendered from a package-data template
-(``cs3_tasks/prompts/*.txt``), sent as one user message to ``POST {base_url}/chat/completions`` with
-a bounded number of requests in flight, retried with exponential backoff on timeouts, connection errors,
-HTTP 408/429/5xx, malformed bodies and unparseable replies, and cached in sqlite once a reply parses.
+(``cs3_tasks/prompts/*.txt``), sent as one user message to ``POST {base_url}/chat/completions``
+(``cs3_tasks.chat_api``) with a bounded number of requests in flight, retried by the shared policy
+(timeouts, connection errors, HTTP 408/429/5xx, malformed bodies) and on unparseable replies, and cached
+in sqlite once a reply parses.
 
 Failure policy: a prompt that still times out, errors or is unparseable after the last attempt yields
 ``Verdict(value=None, raw=<last reply>, error="judge_error: <cause>")``. It is never scored as right,
@@ -19,7 +20,6 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
-import random
 import re
 import threading
 import unicodedata
@@ -32,9 +32,17 @@ from typing import Any
 from urllib.parse import urlparse
 
 import requests
-import tenacity
 
 from cs3_tasks.cache import SqliteCache, cache_dir, stable_key
+from cs3_tasks.chat_api import (
+    EndpointError,
+    RetryPolicy,
+    call_with_retries,
+    chat_url,
+    message_text,
+    post_chat,
+    snippet,
+)
 
 DEFAULT_BASE_URL = "https://dashscope.aliyuncs.com/compatible-mode/v1"
 DEFAULT_MODEL = "qwen-max-2025-01-25"
@@ -126,7 +134,11 @@ class JudgeConfig:
 
     @property
     def endpoint(self) -> str:
-        return self.base_url.rstrip("/") + "/chat/completions"
+        return chat_url(self.base_url)
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(self.max_retries, self.backoff_initial, self.backoff_max)
 
     def resolved_cache_path(self) -> Path:
         return Path(self.cache_path) if self.cache_path is not None else cache_dir() / CACHE_FILE
@@ -345,86 +357,19 @@ def parse_score(reply: str, low: int = 1, high: int = 5) -> int:
 # the client
 
 
-class _RetryableError(Exception):
-    def __init__(self, cause: str, raw: str = "", retry_after: float | None = None):
-        super().__init__(cause)
-        self.cause, self.raw, self.retry_after = cause, raw, retry_after
-
-
-class _FatalError(Exception):
-    def __init__(self, cause: str, raw: str = ""):
-        super().__init__(cause)
-        self.cause, self.raw = cause, raw
-
-
-def _snippet(text: str, limit: int = 200) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _retry_after(response: requests.Response) -> float | None:
-    try:
-        return float(response.headers.get("Retry-After", ""))
-    except ValueError:
-        return None
-
-
-def _message_text(content: Any) -> str:
-    # Some servers return content as a list of parts ({"type": "text", "text": ...}).
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    raise TypeError(f"message content is {type(content).__name__}")
-
-
 def chat_completion(messages: Sequence[dict], config: JudgeConfig, *, api_key: str | None = None,
                     session: requests.Session | None = None) -> str:
     """One POST {base_url}/chat/completions, no retry: the assistant message text.
 
-    Raises _RetryableError (timeout, connection, 408/429/5xx, malformed body) or _FatalError (other
-    HTTP errors); ``ask_batch`` turns them into retries and judge_error verdicts.
+    Raises chat_api.EndpointError (``retryable`` per the shared policy); ``ask_batch`` turns it into
+    retries and judge_error verdicts.
     """
     payload: dict[str, Any] = {"model": config.model, "messages": list(messages),
                                "temperature": config.temperature}
     if config.max_tokens is not None:
         payload["max_tokens"] = config.max_tokens
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    post = (session or requests).post
-    try:
-        response = post(config.endpoint, json=payload, headers=headers, timeout=config.timeout)
-    except requests.Timeout as exc:
-        raise _RetryableError(f"timeout after {config.timeout:g} s ({type(exc).__name__})") from exc
-    except requests.ConnectionError as exc:
-        raise _RetryableError(f"connection error: {_snippet(str(exc), 160)}") from exc
-    except requests.RequestException as exc:
-        raise _FatalError(f"request failed: {_snippet(str(exc), 160)}") from exc
-    status = response.status_code
-    if status in (408, 429) or status >= 500:
-        raise _RetryableError(f"HTTP {status}: {_snippet(response.text)}", retry_after=_retry_after(response))
-    if status >= 400:
-        raise _FatalError(f"HTTP {status} (not retried): {_snippet(response.text)}")
-    try:
-        return _message_text(response.json()["choices"][0]["message"]["content"])
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
-        raise _RetryableError(f"malformed response body: {_snippet(response.text)}",
-                              raw=response.text[:2000]) from exc
-
-
-def _wait(config: JudgeConfig) -> Callable[[tenacity.RetryCallState], float]:
-    """Exponential backoff with jitter; a server's Retry-After (429/503) is honoured up to backoff_max."""
-
-    def wait(state: tenacity.RetryCallState) -> float:
-        delay = min(config.backoff_max, config.backoff_initial * 2 ** (state.attempt_number - 1))
-        delay *= random.uniform(0.5, 1.0)
-        exc = state.outcome.exception() if state.outcome else None
-        if isinstance(exc, _RetryableError) and exc.retry_after:
-            delay = max(delay, min(exc.retry_after, config.backoff_max))
-        return delay
-
-    return wait
+    reply = post_chat(config.endpoint, payload, api_key=api_key, timeout=config.timeout, session=session)
+    return message_text(reply)
 
 
 def _cache_key(config: JudgeConfig, messages: Sequence[dict]) -> str:
@@ -448,22 +393,16 @@ def _ask_one(messages: Sequence[dict], parse: Callable[[str], Any], config: Judg
         try:
             return Verdict(value=parse(raw), raw=raw)
         except UnparseableReply as exc:  # re-ask: the next sample may follow the format
-            raise _RetryableError(f"unparseable reply: {exc}", raw=raw) from exc
+            raise EndpointError(f"unparseable reply: {exc}", retryable=True, raw=raw) from exc
 
-    retrying = tenacity.Retrying(
-        stop=tenacity.stop_after_attempt(config.max_retries + 1),
-        wait=_wait(config),
-        retry=tenacity.retry_if_exception_type(_RetryableError),
-        reraise=True,
-    )
     try:
-        return retrying(attempt)
-    except _RetryableError as exc:
+        return call_with_retries(attempt, config.retry_policy)
+    except EndpointError as exc:
+        if not exc.retryable:
+            return _error_verdict(exc.cause, exc.raw)
         return _error_verdict(f"{exc.cause} (after {attempts} attempt{'s' * (attempts > 1)})", exc.raw)
-    except _FatalError as exc:
-        return _error_verdict(exc.cause, exc.raw)
     except Exception as exc:  # noqa: BLE001 - a bug must not sink the other items; recorded, not hidden
-        return _error_verdict(f"unexpected {type(exc).__name__}: {_snippet(str(exc))}")
+        return _error_verdict(f"unexpected {type(exc).__name__}: {snippet(str(exc))}")
 
 
 def ask_batch(prompts: Sequence[str | Sequence[dict]], parse: Callable[[str], Any], config: JudgeConfig, *,

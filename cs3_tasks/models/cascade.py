@@ -18,12 +18,14 @@ prepends the task's instruction (written for audio models) to it.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from lm_eval.api.registry import register_model
 
+from cs3_tasks.chat_api import RetryPolicy, chat, chat_url
 from cs3_tasks.models.base import (
     ItemError,
     Outcome,
@@ -83,12 +85,11 @@ class CascadeLM(SpeechLM):
         if llm_base_url:
             import requests
 
-            from cs3_tasks.models.openai_audio import chat_url
-
             self.hf = None
             self.endpoint = {"url": chat_url(llm_base_url), "model": llm_model, "api_key_env": llm_api_key_env,
-                             "timeout": float(timeout), "max_retries": int(max_retries),
-                             "retry_wait": float(retry_wait)}
+                             "timeout": float(timeout)}
+            self.retry_policy = RetryPolicy(max(0, int(max_retries)), backoff_initial=float(retry_wait),
+                                            backoff_max=60.0)
             self._session = requests.Session()
         else:
             self.endpoint = None
@@ -176,12 +177,10 @@ class CascadeLM(SpeechLM):
     # -- LLM backends ---------------------------------------------------------------------------
 
     def _ask_endpoint(self, conversation: list[dict]) -> str:
-        from cs3_tasks.models.openai_audio import post_chat
-
         e = self.endpoint
         body = {"model": e["model"], "messages": conversation, "max_tokens": self.max_new_tokens, "temperature": 0}
-        reply = post_chat(self._session, e["url"], body, api_key_env=e["api_key_env"], timeout=e["timeout"],
-                          max_retries=e["max_retries"], retry_wait=e["retry_wait"])
+        reply = chat(e["url"], body, api_key=os.environ.get(e["api_key_env"]), timeout=e["timeout"],
+                     policy=self.retry_policy, session=self._session)
         try:
             content = reply["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError) as error:
