@@ -1,11 +1,13 @@
-"""Score pre-generated outputs of one CS3-Bench set: per-item records, a summary, a resumable CLI.
+"""Scoring one CS3-Bench set: the per-item record schema, `score_batch`, and the resumable ``cs3-bench score``.
 
-One implementation serves ``cs3-bench score`` and the lm-eval task filters (`score_batch`). The order of
-work is chosen so that a killed run loses nothing: (1) the text channel goes to the judge in the
-background while (2) all speech is transcribed in ONE `transcribe_batch` call (ASR results land in
-asr.sqlite per item), then (3) the speech channel is judged in chunks and each finished record is
-appended to ``<set>.records.jsonl`` and flushed. Judge verdicts land in judge.sqlite per request, so a
-re-run recomputes nothing: finished records are skipped, and the rest hit the two caches.
+One implementation serves ``cs3-bench score`` and the lm-eval task filters (`score_batch`); reading model
+outputs is `cs3_tasks.outputs`, summaries are `cs3_tasks.summary`. The pairing of outputs with docs and the
+batched ASR (`pair_outputs`, `transcribe_outputs`) and the records file (`RecordsFile`) also serve the
+conversation scorer. The order of work is chosen so that a killed run loses nothing: (1) the text
+channel goes to the judge in the background while (2) all speech is transcribed in ONE `transcribe_batch`
+call (ASR results land in asr.sqlite per item), then (3) the speech channel is judged in chunks and each
+finished record is appended to ``<set>.records.jsonl`` and flushed. Judge verdicts land in judge.sqlite
+per request, so a re-run recomputes nothing: finished records are skipped, and the rest hit the two caches.
 
 ASR language hint: none (auto-detection). Responses to code-switched questions mix Mandarin and English,
 and Whisper forced to "zh" tends to transliterate or translate English words into characters, which would
