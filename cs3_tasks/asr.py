@@ -9,36 +9,35 @@ twice does no ASR the second time; failures are not cached, so a re-run retries 
 
 Decoding is deterministic and the same on both backends: beam search with 5 beams (the
 openai-whisper command line's default), temperature 0 with no temperature fallback, no conditioning
-on previous text, no VAD. Greedy decoding without fallback loops on repetitions: on 40 BELLE clips
-Whisper-base gave a CER of 0.45 greedy vs 0.13 with 5 beams.
+on previous text, no VAD. Greedy decoding without fallback loops on repetitions (README, "ASR", has
+the measured difference).
 
 Clips whose peak is below -60 dBFS are silence: "" without decoding (Whisper writes "You" for them).
 
-faster-whisper decodes clips of at most 30 s in one of two ways ($CS3_ASR_SHORT_CLIPS):
+faster-whisper decodes clips of at most one 30 s Whisper window in one of two ways (``short_clips``:
+``--asr-short-clips`` / $CS3_ASR_SHORT_CLIPS):
 
-- "packed" (default): Whisper's encoder always processes a 30 s window, which costs ~0.45 s on 2 cores
-  whether it holds 2 s of speech or 30, so up to 6 clips share one window, 1.5 s of silence apart
-  (pack_windows); the window is beam-searched with timestamps and its segments are split back to the
-  clips by time (split_window). Each clip's language is detected first on the clip alone (a short
-  encoder pass) and only clips of one language share a window; the window's own detection must agree.
-  A clip the split cannot attribute cleanly (Whisper merged it with a neighbour, skipped it, or the
-  window ended mid-segment) is packed once more, then decoded alone as below. On the 250 BELLE clips:
-  0.27-0.31 s per clip, CER 0.12-0.13. A clip's transcript can depend on its neighbours in the window
-  (the decoder sees the text before it), so transcripts differ from per-clip decoding on some clips;
-  results are cached per clip content, so a re-run reuses them.
-- "batched": each clip in its own 30 s window, batches of ``batch_size`` (default 8; clips sorted by
-  length): the clips of a batch are encoded in one call of the underlying CTranslate2 Whisper, the
-  language is detected per clip from that encoder output (when ``language`` is None), and all clips
-  are beam-searched in one ``generate`` call, each with its own prompt <|startoftranscript|><|lang|>
+- "packed" (default): Whisper's encoder always processes a 30 s window, and costs as much for 2 s of
+  speech as for 30, so several clips share one window, with silence between them (pack_windows); the
+  window is beam-searched with timestamps and its segments are split back to the clips by time
+  (split_window). Each clip's language is detected first on the clip alone (a short encoder pass) and
+  only clips of one language share a window; the window's own detection must agree. A clip the split
+  cannot attribute cleanly (Whisper merged it with a neighbour, skipped it, or the window ended
+  mid-segment) is packed once more, then decoded alone as below. A clip's transcript can depend on its
+  neighbours in the window (the decoder sees the text before it), so transcripts differ from per-clip
+  decoding on some clips; results are cached per clip content, so a re-run reuses them.
+- "batched": each clip in its own 30 s window, batches of ``batch_size`` (clips sorted by length): the
+  clips of a batch are encoded in one call of the underlying CTranslate2 Whisper, the language is
+  detected per clip from that encoder output (when ``language`` is None), and all clips are
+  beam-searched in one ``generate`` call, each with its own prompt <|startoftranscript|><|lang|>
   <|transcribe|>. This is exactly the one 30 s window WhisperModel.transcribe decodes for such a clip
-  (same features, suppressed tokens, timestamp rules and no-speech rule): on BELLE the transcripts are
-  identical (24/24 clips compared; corpus CER 0.1347 on all 250 either way), at 0.55 vs ~1.1-1.5 s per
-  clip on 2 CPU cores, because CTranslate2 multiplies the matrices of the whole batch at once.
+  (same features, suppressed tokens, timestamp rules and no-speech rule), so the transcripts are the
+  per-clip ones, faster because CTranslate2 multiplies the matrices of the whole batch at once.
 
 Clips whose window ends in an unfinished segment (faster-whisper decodes the rest again) and clips over
 30 s go through WhisperModel.transcribe one by one. openai-whisper decodes one clip at a time.
-faster-whisper's BatchedInferencePipeline was no faster here (see benchmarks/belle_asr_cer.py): it
-batches 30 s windows of one long stream, not whole short clips.
+faster-whisper's BatchedInferencePipeline batches 30 s windows of one long stream, not whole short clips.
+Accuracy and speed of each way are measured by benchmarks/belle_asr_cer.py and listed in README.
 """
 
 from __future__ import annotations
@@ -93,19 +92,17 @@ class DecodingOptions:
 DECODING = DecodingOptions()
 SHORT_CLIP_DECODINGS = ("packed", "batched")
 SHORT_CLIPS_ENV = "CS3_ASR_SHORT_CLIPS"
-# Packing, measured on the 250 BELLE clips (benchmarks/belle_asr_cer.py): 1.0 s gaps left twice as many
-# clips unresolved as 1.5 s (Whisper merges them); windows of 24-29 s and caps of 4-8 clips were all within
-# 0.27-0.32 s/clip and CER 0.120-0.132; many 1-2 s clips in one window tend to merge, hence the cap.
+# Packing settings were chosen with benchmarks/belle_asr_cer.py (results in README): shorter gaps let
+# Whisper merge neighbouring clips; many 1-2 s clips in one window tend to merge too, hence the cap.
 PACK_GAP_SECONDS = 1.5  # silence between packed clips
 PACK_WINDOW_SECONDS = 26.0  # audio per packed window, leading silence and gaps included
 PACK_MAX_CLIPS = 6
 # Only clips whose language Whisper detects with at least this probability are packed. Low confidence means
-# audio Whisper finds hard, where packed segments merge or loop: median top probability 0.999 on BELLE, 0.96
-# on espeak-ng English, 0.67 on espeak-ng's unintelligible Mandarin (10% of it >= 0.8).
+# audio Whisper finds hard (e.g. unintelligible synthetic speech), where packed segments merge or loop.
 PACK_MIN_LANGUAGE_PROBABILITY = 0.8
-PACK_WINDOWS_PER_CALL = 8  # windows encoded and beam-searched together (2: 0.39, 4: 0.31-0.33, 8: 0.30 s)
+PACK_WINDOWS_PER_CALL = 8  # windows encoded and beam-searched together
 _PACK_ROUNDS = 2  # unresolved clips are packed once more, by language, with other neighbours
-DEFAULT_BATCH_SIZE = 8  # clips per batched decode (faster-whisper); batch sizes are compared in README
+DEFAULT_BATCH_SIZE = 8  # clips per batched decode (faster-whisper)
 WHISPER_WINDOW_SECONDS = 30.0  # Whisper's encoder input: longer clips are decoded per clip
 # Generated tokens per 30 s window at most: Whisper's 448-token decoder context less its prompt.
 MAX_WINDOW_TOKENS = 440
@@ -565,11 +562,19 @@ _RUNNERS: dict[tuple[str, str, str, str], Runner] = {}
 _RUNNERS_LOCK = threading.Lock()
 
 
-def _cpu_threads() -> int:
+def cpu_threads() -> int:
+    """CPU cores this process may use (faster-whisper's thread count)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def load_runner(backend: str | None = None, model: str | None = None) -> Runner:
+    """The loaded model (once per process) that ``transcribe_batch`` would use, for direct calls."""
+    backend = backend or default_backend()
+    _check_backend(backend)
+    return _load_runner(backend, model or default_model(backend))
 
 
 def _load_runner(backend: str, model_name: str) -> Runner:
@@ -596,7 +601,7 @@ def _faster_whisper_device() -> tuple[str, str]:
             return "cuda", "float16"
     except (ImportError, RuntimeError):
         pass
-    return "cpu", "int8"  # int8 on CPU: ~2x faster than float32, same transcripts in practice
+    return "cpu", "int8"  # int8 on CPU: faster than float32, same transcripts in practice
 
 
 def _torch_device() -> str:
@@ -616,7 +621,7 @@ class _FasterWhisperRunner:
             raise AsrModelError("faster-whisper is not installed: pip install faster-whisper") from exc
         try:
             self.model = WhisperModel(
-                model_name, device=device, compute_type=compute_type, cpu_threads=_cpu_threads()
+                model_name, device=device, compute_type=compute_type, cpu_threads=cpu_threads()
             )
         except Exception as exc:  # re-raised with the cause and a remedy
             raise AsrModelError(
@@ -732,11 +737,10 @@ class _FasterWhisperRunner:
     def detect_languages(self, audios: Sequence) -> list[tuple[str, float]]:
         """(language, probability) of each clip: an encoder pass over the clip alone (+1 s silence).
 
-        The encoder input is cut to the clip's frames instead of a 30 s window: about 0.03 s per clip
-        instead of 0.45 on 2 cores. Agreement with the 30 s window's detection: 250/250 BELLE clips,
-        80/81 English espeak-ng sentences ("la" once; the packed window's own detection catches that).
-        Detecting on a clip's frames inside a packed window instead is contaminated by its neighbours
-        (a 1.7 s English question between Mandarin ones came out "zh").
+        The encoder input is cut to the clip's frames instead of a 30 s window, a fraction of the cost;
+        its detection agrees with the 30 s window's on almost every clip (README), and the packed
+        window's own detection catches the rest. Detecting on a clip's frames inside a packed window
+        instead is contaminated by its neighbours.
         """
         import numpy as np
 

@@ -630,3 +630,28 @@ def test_openai_whisper_runs_a_tiny_local_checkpoint(tmp_path):
     )
     assert out[0].error is None and isinstance(out[0].text, str) and out[0].language == "zh"
     assert out[1].error is not None and out[1].error.startswith("audio_error")
+
+
+def test_asr_arguments_give_one_config_with_env_defaults(monkeypatch):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    asr.add_asr_arguments(parser)
+    monkeypatch.delenv(asr.BACKEND_ENV, raising=False)
+    config = asr.asr_config_from_args(parser.parse_args([]))
+    assert config == asr.AsrConfig(backend="faster-whisper", model=None, short_clips=None)
+    monkeypatch.setenv(asr.BACKEND_ENV, "openai-whisper")
+    assert asr.asr_config_from_args(parser.parse_args([])).backend == "openai-whisper"
+    given = parser.parse_args(["--asr-backend", "faster-whisper", "--asr-model", "m", "--asr-short-clips", "batched"])
+    assert asr.asr_config_from_args(given) == asr.AsrConfig("faster-whisper", "m", "batched")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--asr-short-clips", "tiled"])
+
+
+def test_short_clips_argument_overrides_env_and_keys_the_cache(fake_packed, monkeypatch):
+    clip = _clip(0.1)
+    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")
+    assert transcribe_batch([clip], model="m", progress=False)[0].text == "packed len=1600"
+    out = transcribe_batch([clip], model="m", progress=False, short_clips="batched")
+    assert out[0].text == "batched len=1600"  # not the packed transcript from the cache
+    assert asr.decoding_options("batched").short_clip_decoding == "batched"
