@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{mode}] time per clip (decode + ASR, language detection on): {elapsed / len(pairs):.3f} s")
     if len(texts) == 2:
         first, second = texts.values()
-        print(f"identical transcripts in the two modes: {sum(a == b for a, b in zip(first, second))}/{len(pairs)}")
+        same = sum(a == b for a, b in zip(first, second))
+        print(f"identical transcripts in the two modes: {same}/{len(pairs)}")
 
     if args.compare:
         subset = [load_audio(p) for p, _ in pairs[: args.compare]]

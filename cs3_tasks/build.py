@@ -16,7 +16,8 @@ made incremental and crash-safe:
    written with pyarrow (datasets' own Audio encoder needs torchcodec), and ``<out>/README.md``, the card.
 
 An incomplete build still writes the parquet of the items that succeeded (so the rest can be inspected and
-QC'd), but ``build_report.json`` and the card say INCOMPLETE and list the missing Qids, and the exit code is 1.
+QC'd), but ``build_report.json`` and the card say INCOMPLETE and list the missing Qids, and the exit code
+is 1.
 """
 
 from __future__ import annotations
@@ -468,8 +469,8 @@ def _qc_markdown(summary: dict, records: list[QcRecord]) -> str:
         "",
         f"Mode: {summary['mode']}"
         + (f" ({summary['sample_per_set']} per set)" if summary["sample_per_set"] else "")
-        + f"; ASR: {summary['asr_backend']} `{summary['asr_model']}`; thresholds: CER over Chinese characters "
-        f"<= {summary['thresholds']['max_cer']}, recall of English words >= "
+        + f"; ASR: {summary['asr_backend']} `{summary['asr_model']}`; thresholds: "
+        f"CER over Chinese characters <= {summary['thresholds']['max_cer']}, recall of English words >= "
         f"{summary['thresholds']['min_english_recall']}.",
         "",
         f"Checked {summary['checked']} item(s): "
@@ -483,8 +484,8 @@ def _qc_markdown(summary: dict, records: list[QcRecord]) -> str:
             "",
             (
                 "Listen to each, then add it to a corrections file (`--corrections FILE`): "
-                "`<Qid>: {action: resynthesize, seed: 1}` (or `speaker: NAME`), or `<Qid>: {action: accept}`. "
-                "Use `<set>/<Qid>` to target one set only."
+                "`<Qid>: {action: resynthesize, seed: 1}` (or `speaker: NAME`), "
+                "or `<Qid>: {action: accept}`. Use `<set>/<Qid>` to target one set only."
             ),
             "",
             "| set | Qid | status | CER | EN recall | reasons | source text | transcript |",
@@ -566,7 +567,10 @@ def dataset_rows(
 
 
 def build_dataset(config: BuildConfig) -> BuildResult:
-    """Run the whole pipeline. Raises SourceError / CorrectionsError / TTSError for bad input (nothing built)."""
+    """Run the whole pipeline.
+
+    Raises SourceError / CorrectionsError / TTSError for bad input (nothing built).
+    """
     started = time.monotonic()
     _preflight(config)
     source = data.load_source(config.source, config.sets)
@@ -753,9 +757,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if result.qc:
         flagged = result.flagged
-        print(
-            f"QC: {len(result.qc)} checked, {len(flagged)} over threshold -> {Path(config.out) / 'qc_report.md'}"
-        )
+        report = Path(config.out) / "qc_report.md"
+        print(f"QC: {len(result.qc)} checked, {len(flagged)} over threshold -> {report}")
     if result.failures:
         print(f"INCOMPLETE: synthesis failed for {len(result.failures)} item(s):", file=sys.stderr)
         for failure in result.failures[:20]:

@@ -67,7 +67,8 @@ def atomic_write(path: str | os.PathLike, data: bytes | str) -> None:
 
 class AudioCache:
     """``<root>/<key[:2]>/<key>.flac``. A file only gets its final name once fully written (temp + rename),
-    and a cached file that does not decode is treated as missing, so a killed build never leaves a bad entry."""
+    and a cached file that does not decode is treated as missing, so a killed build never leaves a bad
+    entry."""
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)

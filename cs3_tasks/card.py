@@ -59,8 +59,8 @@ def render_card(
     }
     header = "---\n" + yaml.safe_dump(front, sort_keys=False, allow_unicode=True) + "---\n"
     tts_line = {
-        "espeak": "espeak-ng (voice `cmn` for the Mandarin/code-switched sets: Mandarin with English words read "
-        "as English; `en-us` for knowledge_en). Robotic but fully offline and deterministic.",
+        "espeak": "espeak-ng (voice `cmn` for the Mandarin/code-switched sets: Mandarin with English words "
+        "read as English; `en-us` for knowledge_en). Robotic but fully offline and deterministic.",
         "cosyvoice2": "CosyVoice2-0.5B zero-shot with speaker prompts, as in the paper (here: one prompt "
         "recording + transcript per item, chosen by a hash of the Qid; seed fixed per item).",
     }.get(tts_backend, tts_backend)
@@ -188,8 +188,8 @@ def add_config_to_card(
     )
     section = (
         f"{marker_start}\n## Config `{config}` ({pair.description or pair.name})\n\n"
-        f"{rows} spoken queries in {pair.language_name(pair.query_language or pair.matrix)}; the expected answer "
-        f"language is {pair.language_name(pair.response_language)}. Columns: `{columns[0]}`, `audio` (16 kHz "
+        f"{rows} spoken queries in {pair.language_name(pair.query_language or pair.matrix)}; the expected "
+        f"answer language is {pair.language_name(pair.response_language)}. Columns: `{columns[0]}`, `audio` (16 kHz "
         f"mono FLAC, the HF `Audio` struct), " + ", ".join(f"`{c}`" for c in columns[1:]) + ". Language pair "
         f"`{pair.name}` (cs3-bench `cs3_tasks/languages`).\n{incomplete}{marker_end}\n"
     )

@@ -81,7 +81,7 @@ def knowledge_keyword_hit(
 
 
 def english_keyword_hit(response: str, answer: str) -> bool:
-    """knowledge_en keyword rule: the normalised Answer occurs in the normalised response (case-insensitive)."""
+    """knowledge_en keyword rule: the normalised Answer occurs in the normalised response (any case)."""
     return _contains_keyword(normalize_keyword(response or ""), answer)
 
 
@@ -346,7 +346,9 @@ def understanding_rate(relevance_scores: Sequence[int | None], **ci_options) -> 
 
 
 def mean_score(scores: Sequence[float | None], **ci_options) -> dict:
-    """Mean of the non-None scores with counts and bootstrap CI: {"value", "n", "excluded", "ci_low", "ci_high"}.
+    """Mean of the non-None scores with counts and bootstrap CI.
+
+    Returns {"value", "n", "excluded", "ci_low", "ci_high"}.
 
     Also used for per-item error rates (mean English WER / MER over items that have one).
     """
@@ -391,7 +393,8 @@ def paired_drop(cs_correct: Sequence[bool | None], en_correct: Sequence[bool | N
 
     Only pairs where both values are non-None count (others are "excluded"); the value is the mean of the
     per-item differences en_i - cs_i (= acc_en - acc_cs on those pairs) and the CI is `bootstrap_ci` of
-    those differences, which accounts for the pairing. Returns {"value", "n", "excluded", "ci_low", "ci_high"}.
+    those differences, which accounts for the pairing.
+    Returns {"value", "n", "excluded", "ci_low", "ci_high"}.
     """
     if len(cs_correct) != len(en_correct):
         raise ValueError(f"{len(cs_correct)} code-switched values but {len(en_correct)} English values")

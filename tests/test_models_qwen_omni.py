@@ -18,9 +18,9 @@ transformers = pytest.importorskip("transformers")
 if not hasattr(transformers, "Qwen2_5OmniForConditionalGeneration"):
     pytest.skip("this transformers has no Qwen2.5-Omni", allow_module_level=True)
 
-from lm_eval.api.instance import Instance
+from lm_eval.api.instance import Instance  # noqa: E402 - only once torch/transformers are known to work
 
-from cs3_tasks.speech import decode_response
+from cs3_tasks.speech import decode_response  # noqa: E402
 
 SPECIAL = [
     "<|endoftext|>",

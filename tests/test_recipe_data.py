@@ -80,7 +80,7 @@ def moss_line(cid: str, query: str, reply: str) -> str:
 
 def fake_llm(request) -> Reply | str:
     prompt = request.prompt
-    for cid, query, _, rewrite, accept in CONVERSATIONS:
+    for _cid, query, _, rewrite, accept in CONVERSATIONS:
         if "改写句" in prompt and f"原句：{query}" in prompt:
             return json.dumps(
                 {"accept": accept, "reason": "自然" if accept else "语义改变"}, ensure_ascii=False

@@ -1,4 +1,4 @@
-"""`pip install .` (not editable) gives a working package: tasks, demo data, hook and models ship in the wheel.
+"""`pip install .` (not editable) gives a working package: tasks, demo data, hook, models ship in the wheel.
 
 The wheel is installed with --target into a fresh folder; a child interpreter started with -S sees that
 folder (its .pth files processed, so our lm-eval hook runs) plus the dependencies' site-packages without

@@ -7,7 +7,7 @@ CosyVoice2 flow + HiFT vocoder turn into 24 kHz audio. We call the authors' own 
 numbers match theirs; ``infer_module`` / ``infer_class`` point elsewhere if a release moves it.
 
     lm_eval --model cs3-vocalnet \
-        --model_args pretrained=/ckpt/VocalNet-qwen25-7B,vocoder=/ckpt/CosyVoice2-0.5B,adapter=/runs/cs3-lora \
+        --model_args pretrained=/ckpt/VocalNet-qwen25-7B,vocoder=/ckpt/CosyVoice2-0.5B,adapter=/runs/lora \
         --device cuda --tasks cs3_knowledge
 
 ``adapter=DIR`` loads an adapter made by our enhancement recipe (``cs3-bench recipe train``,
