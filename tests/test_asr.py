@@ -655,3 +655,16 @@ def test_short_clips_argument_overrides_env_and_keys_the_cache(fake_packed, monk
     out = transcribe_batch([clip], model="m", progress=False, short_clips="batched")
     assert out[0].text == "batched len=1600"  # not the packed transcript from the cache
     assert asr.decoding_options("batched").short_clip_decoding == "batched"
+
+
+def test_shared_fake_asr_has_the_real_signature(fake_asr):
+    import inspect
+
+    def shape(function):  # names, kinds and defaults of the parameters (annotations name the same types)
+        return [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
+
+    real = asr.transcribe_batch
+    fake = fake_asr(lambda clip, language: "heard")
+    assert shape(fake) == shape(real)
+    assert asr.transcribe_batch is fake
+    assert [t.text for t in asr.transcribe_batch(["a.wav"], "zh")] == ["heard"]

@@ -80,17 +80,6 @@ class FakeTTS:
         return (0.1 * rng.standard_normal(11025)).astype(np.float32), 22050
 
 
-def fake_transcripts(mapping: dict[str, str]):
-    """A transcribe_batch stand-in: each clip is 'heard' as the text registered for its audio bytes."""
-
-    def transcribe_batch(audios, language=None, *, model=None, backend="faster-whisper", **kwargs):
-        return [
-            Transcript(text=mapping.get(hashlib.sha256(a).hexdigest(), ""), language=language) for a in audios
-        ]
-
-    return transcribe_batch
-
-
 def config(source: Path, out: Path, **overrides) -> build.BuildConfig:
     values = {"source": source, "out": out, "qc": "none", "progress": False, "jobs": 2}
     values.update(overrides)
@@ -247,18 +236,29 @@ def test_interrupted_cache_write_leaves_no_entry(tmp_path, monkeypatch):
     assert cache.get(key) == good
 
 
-SLOW_BUILD = textwrap.dedent(
+# A build whose synthesis stops after GATE_AFTER items until the test creates the gate file: the test sends
+# its signal while the build is certainly midway, however loaded the machine (no race with the clock).
+GATE_AFTER = 6
+GATED_BUILD = textwrap.dedent(
     """
-    import sys, time
+    import os, sys, threading, time
     import numpy as np
     from cs3_tasks import tts
     from cs3_tasks.cli import main
 
-    def slow(text, **kwargs):
-        time.sleep(0.15)
+    gate, after = os.environ["CS3_TEST_GATE"], int(os.environ["CS3_TEST_GATE_AFTER"])
+    lock, calls = threading.Lock(), [0]
+
+    def gated(text, **kwargs):
+        with lock:
+            calls[0] += 1
+            mine = calls[0]
+        deadline = time.monotonic() + 120  # never hang forever if the test died
+        while mine > after and not os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.01)
         return np.full(16000, 0.1, dtype=np.float32), 16000
 
-    tts.synthesize = slow
+    tts.synthesize = gated
     sys.exit(main(sys.argv[1:]))
     """
 )
@@ -268,10 +268,11 @@ SLOW_BUILD = textwrap.dedent(
 def test_killed_build_keeps_finished_items(tmp_path, monkeypatch, kill_signal):
     source, out = small_source(tmp_path / "src", n_knowledge=24, n_open=12), tmp_path / "out"
     cache_root = out / ".cache" / "tts"
+    gate = tmp_path / "gate"
     command = [
         sys.executable,
         "-c",
-        SLOW_BUILD,
+        GATED_BUILD,
         "build-dataset",
         "--source",
         str(source),
@@ -283,12 +284,25 @@ def test_killed_build_keeps_finished_items(tmp_path, monkeypatch, kill_signal):
         "--jobs",
         "2",
     ]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(list(cache_root.rglob("*.flac"))) < 6:
-        time.sleep(0.05)
-    process.send_signal(kill_signal)
-    code = process.wait(timeout=30)
+    env = {**os.environ, "CS3_TEST_GATE": str(gate), "CS3_TEST_GATE_AFTER": str(GATE_AFTER)}
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        # the observable state: the items before the gate are in the cache, the others wait at the gate
+        deadline = time.monotonic() + 120
+        while len(list(cache_root.rglob("*.flac"))) < GATE_AFTER and process.poll() is None:
+            assert time.monotonic() < deadline, "the build never reached the gate"
+            time.sleep(0.05)
+        assert process.poll() is None, "the build ended before the gate"
+        process.send_signal(kill_signal)
+        if kill_signal == signal.SIGINT:
+            # the build reports the interruption before it exits; the items at the gate may finish after it
+            for line in process.stderr:
+                if "interrupted" in line:
+                    break
+    finally:
+        gate.touch()  # release the items at the gate, so that the interrupted process can exit
+    process.stderr.read()
+    code = process.wait(timeout=60)
     if kill_signal == signal.SIGINT:  # Ctrl-C: a clean stop, no waiting for the queued items
         assert code == build.EXIT_INTERRUPTED
     finished = list(cache_root.rglob("*.flac"))
@@ -308,8 +322,7 @@ def test_killed_build_keeps_finished_items(tmp_path, monkeypatch, kill_signal):
 # QC report and corrections
 
 
-def test_qc_report_flags_and_corrections_close_the_loop(tmp_path, monkeypatch):
-    from cs3_tasks import asr
+def test_qc_report_flags_and_corrections_close_the_loop(tmp_path, monkeypatch, fake_asr):
 
     fake = FakeTTS()
     monkeypatch.setattr(tts, "synthesize", fake)
@@ -331,7 +344,8 @@ def test_qc_report_flags_and_corrections_close_the_loop(tmp_path, monkeypatch):
                     )
                     heard[hashlib.sha256(clip).hexdigest()] = text
 
-    monkeypatch.setattr(asr, "transcribe_batch", fake_transcripts(heard))
+    # each clip is 'heard' as the text registered for its audio bytes
+    fake_asr(lambda clip, language: heard.get(hashlib.sha256(clip).hexdigest(), ""))
     corrections: dict = {}
     cfg = config(source, out, qc="all", asr_model="fake-asr")
     build.build_dataset(cfg)  # fill the cache
@@ -364,15 +378,9 @@ def test_qc_report_flags_and_corrections_close_the_loop(tmp_path, monkeypatch):
     assert fixed.flagged == [] and {r.status for r in fixed.qc} == {"pass"}
 
 
-def test_asr_failure_is_recorded_not_scored(tmp_path, monkeypatch):
-    from cs3_tasks import asr
-
+def test_asr_failure_is_recorded_not_scored(tmp_path, monkeypatch, fake_asr):
     monkeypatch.setattr(tts, "synthesize", FakeTTS())
-    monkeypatch.setattr(
-        asr,
-        "transcribe_batch",
-        lambda audios, language=None, **kw: [Transcript("", None, "asr_error: boom")] * len(audios),
-    )
+    fake_asr(lambda clip, language: Transcript("", None, "asr_error: boom"))
     source = small_source(tmp_path / "src", n_knowledge=1, n_open=1)
     result = build.build_dataset(config(source, tmp_path / "out", qc="all", asr_model="fake-asr"))
     assert {r.status for r in result.qc} == {"asr_error"} and all(r.cer is None for r in result.qc)
