@@ -36,7 +36,8 @@ class LmEvalRun:
     def load_task(self, metadata: Mapping[str, Any]) -> dict[str, Any]:
         """Called by every task loader: starts a new run after filters ran; returns the settings."""
         if self.records:  # the previous run's filters ran: this loader belongs to a new run
-            self.__init__()
+            self.records.clear()
+            self._summaries.clear()
         self.settings = {k: metadata[k] for k in SETTING_KEYS if k in metadata}
         return self.settings
 
