@@ -43,9 +43,16 @@ def make_docs(n: int) -> list[dict]:
         if len(docs) == n:
             return docs
     categories = ("Acoustic", "Semantic", "Integrated")
-    return [{"Qid": f"bench-{i:03d}", "Question": f"第{i}个问题是关于 item number {i} 的吗？",
-             "Answer_zh": f"答案{i}", "Answer_en": f"answer {i}", "Category": categories[i % 3]}
-            for i in range(n)]
+    return [
+        {
+            "Qid": f"bench-{i:03d}",
+            "Question": f"第{i}个问题是关于 item number {i} 的吗？",
+            "Answer_zh": f"答案{i}",
+            "Answer_en": f"answer {i}",
+            "Category": categories[i % 3],
+        }
+        for i in range(n)
+    ]
 
 
 def make_response(i: int, doc: dict) -> str:
@@ -71,8 +78,16 @@ def build_belle_outputs(docs: list[dict], workdir: Path) -> Path:
     lines = []
     for i, doc in enumerate(docs):
         wav_id, spoken = rows[i % len(rows)]
-        lines.append(json.dumps({"Qid": doc["Qid"], "text": f"{make_response(i, doc)} {spoken.strip()}",
-                                 "audio": str(belle / "wav" / f"{wav_id}.wav")}, ensure_ascii=False))
+        lines.append(
+            json.dumps(
+                {
+                    "Qid": doc["Qid"],
+                    "text": f"{make_response(i, doc)} {spoken.strip()}",
+                    "audio": str(belle / "wav" / f"{wav_id}.wav"),
+                },
+                ensure_ascii=False,
+            )
+        )
     (outputs / "knowledge.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"outputs: {len(docs)} items in {outputs} (speech: BELLE-eval-S2S wavs)")
     return outputs
@@ -115,8 +130,9 @@ def judge_handler(latency: float):
     return handler
 
 
-def run_ours(outputs: Path, dataset: Path, out: Path, model: str, base_url: str, concurrency: int,
-             *extra: str) -> tuple[float, float]:
+def run_ours(
+    outputs: Path, dataset: Path, out: Path, model: str, base_url: str, concurrency: int, *extra: str
+) -> tuple[float, float]:
     """(total seconds, seconds inside transcribe_batch) of one `cs3-bench score` run."""
     from cs3_tasks import asr, scoring
 
@@ -133,11 +149,30 @@ def run_ours(outputs: Path, dataset: Path, out: Path, model: str, base_url: str,
 
     parser = argparse.ArgumentParser()
     scoring.add_arguments(parser)
-    args = parser.parse_args([
-        "--outputs", str(outputs), "--set", "knowledge", "--out", str(out), "--dataset", str(dataset),
-        "--asr-model", model, "--judge-base-url", base_url, "--judge-api-key-env", "", "--judge-model",
-        "fake-judge", "--judge-concurrency", str(concurrency), "--no-progress", *extra,
-    ])
+    args = parser.parse_args(
+        [
+            "--outputs",
+            str(outputs),
+            "--set",
+            "knowledge",
+            "--out",
+            str(out),
+            "--dataset",
+            str(dataset),
+            "--asr-model",
+            model,
+            "--judge-base-url",
+            base_url,
+            "--judge-api-key-env",
+            "",
+            "--judge-model",
+            "fake-judge",
+            "--judge-concurrency",
+            str(concurrency),
+            "--no-progress",
+            *extra,
+        ]
+    )
     start = time.perf_counter()
     devnull = open(os.devnull, "w")  # noqa: SIM115 - the summary table would clutter the output
     stdout, sys.stdout = sys.stdout, devnull
@@ -162,8 +197,9 @@ def run_naive(docs: list[dict], outputs: Path, model: str, base_url: str) -> tup
     from cs3_tasks import asr, judge, metrics, text
     from cs3_tasks.outputs import read_outputs
 
-    config = judge.JudgeConfig(base_url=base_url, model="fake-judge", api_key_env="", max_concurrency=1,
-                               use_cache=False)
+    config = judge.JudgeConfig(
+        base_url=base_url, model="fake-judge", api_key_env="", max_concurrency=1, use_cache=False
+    )
     start = time.perf_counter()
     found = read_outputs(outputs, "knowledge")
     results = []
@@ -171,14 +207,17 @@ def run_naive(docs: list[dict], outputs: Path, model: str, base_url: str) -> tup
     for doc in docs:
         output = found[doc["Qid"]]
         t0 = time.perf_counter()
-        transcript = asr.transcribe_batch([output.audio], None, model=model, use_cache=False, progress=False,
-                                          batch_size=1)[0]  # WhisperModel.transcribe on this one clip
+        transcript = asr.transcribe_batch(
+            [output.audio], None, model=model, use_cache=False, progress=False, batch_size=1
+        )[0]  # WhisperModel.transcribe on this one clip
         spent["asr_s"] += time.perf_counter() - t0
         row = {"qid": doc["Qid"]}
         for ch, response in (("text", output.text), ("speech", transcript.text)):
             hit = metrics.knowledge_keyword_hit(response, doc["Answer_zh"], doc["Answer_en"])
             if not hit:
-                item = judge.KnowledgeItem(doc["Question"], doc["Answer_zh"], response, doc["Answer_en"], doc["Qid"])
+                item = judge.KnowledgeItem(
+                    doc["Question"], doc["Answer_zh"], response, doc["Answer_en"], doc["Qid"]
+                )
                 t0 = time.perf_counter()
                 hit = judge.judge_knowledge([item], config)[0].value
                 spent["judge_s"] += time.perf_counter() - t0
@@ -196,11 +235,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=100, help="number of outputs (default 100)")
     parser.add_argument("--latency", type=float, default=0.3, help="judge latency per request, seconds")
     parser.add_argument("--concurrency", type=int, default=8, help="judge requests in flight (ours)")
-    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "cs3-bench-throughput",
-                        help="where the synthesized outputs are kept between runs")
-    parser.add_argument("--audio", choices=("espeak", "belle"), default="espeak",
-                        help="speech outputs: espeak-ng synthesis of the text responses (default), or the "
-                             "real Mandarin BELLE-eval-S2S wavs from the shared data")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "cs3-bench-throughput",
+        help="where the synthesized outputs are kept between runs",
+    )
+    parser.add_argument(
+        "--audio",
+        choices=("espeak", "belle"),
+        default="espeak",
+        help="speech outputs: espeak-ng synthesis of the text responses (default), or the "
+        "real Mandarin BELLE-eval-S2S wavs from the shared data",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the timings here")
     args = parser.parse_args(argv)
 
@@ -224,7 +271,9 @@ def main(argv: list[str] | None = None) -> int:
         from cs3_tasks import metrics
 
         # load the model, OpenCC and the Whisper normaliser once for both pipelines (excluded from timings)
-        asr.transcribe_batch([np.zeros(16000, dtype=np.float32)], model=model, use_cache=False, progress=False)
+        asr.transcribe_batch(
+            [np.zeros(16000, dtype=np.float32)], model=model, use_cache=False, progress=False
+        )
         metrics.mixed_error_rate("答案是 Salt Lake City", "答案是 salt lake city")
         metrics.knowledge_keyword_hit("鹽湖城", "盐湖城", "Salt Lake City")
         with FakeJudgeServer(judge_handler(args.latency)) as server:
@@ -238,33 +287,59 @@ def main(argv: list[str] | None = None) -> int:
             warm_s, _ = run_ours(outputs, dataset, out, model, server.base_url, args.concurrency, "--restart")
             warm_requests = server.request_count
             resume_s, _ = run_ours(outputs, dataset, out, model, server.base_url, args.concurrency)
-        records = {json.loads(line)["qid"]: json.loads(line)
-                   for line in (out / "knowledge.records.jsonl").read_text(encoding="utf-8").splitlines()}
-        same = sum(records[r["qid"]]["text_correct"] == r["text_correct"]
-                   and records[r["qid"]]["speech_correct"] == r["speech_correct"] for r in naive_rows)
+        records = {
+            json.loads(line)["qid"]: json.loads(line)
+            for line in (out / "knowledge.records.jsonl").read_text(encoding="utf-8").splitlines()
+        }
+        same = sum(
+            records[r["qid"]]["text_correct"] == r["text_correct"]
+            and records[r["qid"]]["speech_correct"] == r["speech_correct"]
+            for r in naive_rows
+        )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
     result = {
-        "n": args.n, "audio": args.audio, "judge_latency_s": args.latency, "judge_concurrency": args.concurrency,
+        "n": args.n,
+        "audio": args.audio,
+        "judge_latency_s": args.latency,
+        "judge_concurrency": args.concurrency,
         "cpu_threads": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "naive_s": naive_s, "naive_asr_s": naive_parts["asr_s"], "naive_judge_s": naive_parts["judge_s"],
-        "ours_cold_s": cold_s, "ours_cold_asr_s": cold_asr_s, "ours_warm_s": warm_s, "ours_resume_s": resume_s,
-        "speedup_cold": naive_s / cold_s, "speedup_warm_vs_cold": cold_s / warm_s,
+        "naive_s": naive_s,
+        "naive_asr_s": naive_parts["asr_s"],
+        "naive_judge_s": naive_parts["judge_s"],
+        "ours_cold_s": cold_s,
+        "ours_cold_asr_s": cold_asr_s,
+        "ours_warm_s": warm_s,
+        "ours_resume_s": resume_s,
+        "speedup_cold": naive_s / cold_s,
+        "speedup_warm_vs_cold": cold_s / warm_s,
         "judge_requests": {"naive": naive_requests, "ours_cold": cold_requests, "ours_warm": warm_requests},
-        "judge_max_in_flight_ours": max_in_flight, "items_with_identical_verdicts": same,
+        "judge_max_in_flight_ours": max_in_flight,
+        "items_with_identical_verdicts": same,
     }
-    print(f"N={args.n} outputs (text + speech: {args.audio}), judge latency {args.latency:.2f} s, "
-          f"{result['cpu_threads']} CPU threads, ASR {Path(model).name}")
-    print(f"  naive sequential     {naive_s:8.1f} s   ({naive_requests} judge requests; ASR "
-          f"{naive_parts['asr_s']:.1f} s, judge {naive_parts['judge_s']:.1f} s)")
-    print(f"  ours, cold caches    {cold_s:8.1f} s   ({cold_requests} judge requests, "
-          f"max {max_in_flight} in flight; ASR {cold_asr_s:.1f} s, the rest {cold_s - cold_asr_s:.1f} s)   "
-          f"speedup x{naive_s / cold_s:.1f}")
-    print(f"  without the ASR      naive {naive_s - naive_parts['asr_s']:.1f} s vs ours "
-          f"{cold_s - cold_asr_s:.1f} s: x{(naive_s - naive_parts['asr_s']) / max(cold_s - cold_asr_s, 1e-9):.1f}")
-    print(f"  ours, warm (restart) {warm_s:8.2f} s   ({warm_requests} judge requests)   "
-          f"x{cold_s / warm_s:.0f} faster than cold")
+    print(
+        f"N={args.n} outputs (text + speech: {args.audio}), judge latency {args.latency:.2f} s, "
+        f"{result['cpu_threads']} CPU threads, ASR {Path(model).name}"
+    )
+    print(
+        f"  naive sequential     {naive_s:8.1f} s   ({naive_requests} judge requests; ASR "
+        f"{naive_parts['asr_s']:.1f} s, judge {naive_parts['judge_s']:.1f} s)"
+    )
+    print(
+        f"  ours, cold caches    {cold_s:8.1f} s   ({cold_requests} judge requests, "
+        f"max {max_in_flight} in flight; ASR {cold_asr_s:.1f} s, the rest {cold_s - cold_asr_s:.1f} s)   "
+        f"speedup x{naive_s / cold_s:.1f}"
+    )
+    print(
+        f"  without the ASR      naive {naive_s - naive_parts['asr_s']:.1f} s vs ours "
+        f"{cold_s - cold_asr_s:.1f} s: "
+        f"x{(naive_s - naive_parts['asr_s']) / max(cold_s - cold_asr_s, 1e-9):.1f}"
+    )
+    print(
+        f"  ours, warm (restart) {warm_s:8.2f} s   ({warm_requests} judge requests)   "
+        f"x{cold_s / warm_s:.0f} faster than cold"
+    )
     print(f"  ours, resume         {resume_s:8.2f} s   (records file complete)")
     print(f"  same verdicts as naive on {same}/{args.n} items")
     if args.json:

@@ -36,7 +36,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 BELLE_SET = "belle_eval_s2s"
 BELLE_PAIR = "zh2en"
-# Paper-reported GPT Score (T) on BELLE-eval-S2S, Chinese-to-English (for the README table; not measured here).
+# Paper-reported GPT Score (T) on BELLE-eval-S2S, Chinese-to-English (for the README table; not measured
+# here).
 PAPER_GPT_SCORE_TEXT = {"CSLM": 3.53, "GLM-4-Voice": 1.2}
 
 
@@ -375,7 +376,9 @@ def run(args) -> int:
     summary["model"] = args.model_name or Path(args.outputs).resolve().name
     summary["settings"] = settings
     out = Path(args.out)
-    atomic_write(out / f"{args.set_name}.summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    atomic_write(
+        out / f"{args.set_name}.summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n"
+    )
     markdown = summary_markdown(summary, summary["model"])
     atomic_write(out / f"{args.set_name}.summary.md", markdown)
     print(markdown)

@@ -253,7 +253,7 @@ def _override_hint() -> str:
 
 
 def _hub_reachable(timeout: float = 5.0) -> bool:
-    """A quick TCP probe of the Hub endpoint, so that an offline machine fails in seconds, not after retries."""
+    """A quick TCP probe of the Hub endpoint: an offline machine fails in seconds, not after retries."""
     import socket
     from urllib.parse import urlparse
 

@@ -56,7 +56,8 @@ def read_outputs(
 ) -> dict[str, ModelOutput]:
     """Read one set's outputs from ``outputs_dir`` (see the module docstring for the two layouts).
 
-    ``known_sets``: the accepted set names (other tasks, e.g. the belle_eval_s2s conversation set, pass theirs).
+    ``known_sets``: the accepted set names (other tasks, e.g. the belle_eval_s2s conversation set, pass
+    theirs).
     """
     if set_name not in known_sets:
         check_set(set_name)

@@ -1,4 +1,4 @@
-"""Scoring one CS3-Bench set: the per-item record schema, `score_batch`, and the resumable ``cs3-bench score``.
+"""Scoring one CS3-Bench set: the per-item record schema, `score_batch`, the resumable ``cs3-bench score``.
 
 One implementation serves ``cs3-bench score`` and the lm-eval task filters (`score_batch`); reading model
 outputs is `cs3_tasks.outputs`, summaries are `cs3_tasks.summary`. The pairing of outputs with docs and the
@@ -77,18 +77,34 @@ def blank_record(set_name: str, qid: str, category: str | None, problem: str | N
     }
     for ch in CHANNELS:
         if set_name in KNOWLEDGE_SETS:
-            record.update({
-                f"{ch}_keyword_hit": None, f"{ch}_judge": None, f"{ch}_judge_raw": None,
-                f"{ch}_judge_error": None, f"{ch}_status": "missing", f"{ch}_correct": None,
-            })
+            record.update(
+                {
+                    f"{ch}_keyword_hit": None,
+                    f"{ch}_judge": None,
+                    f"{ch}_judge_raw": None,
+                    f"{ch}_judge_error": None,
+                    f"{ch}_status": "missing",
+                    f"{ch}_correct": None,
+                }
+            )
         else:
             for aspect in OPEN_ENDED_ASPECTS:
-                record.update({f"{ch}_{aspect}": None, f"{ch}_{aspect}_raw": None, f"{ch}_{aspect}_error": None})
+                record.update(
+                    {f"{ch}_{aspect}": None, f"{ch}_{aspect}_raw": None, f"{ch}_{aspect}_error": None}
+                )
             record[f"{ch}_understood"] = None
-    record.update({
-        "psr_recognised": None, "psr_total": None, "english_wer": None, "mixed_error_rate": None,
-        "text_language": None, "speech_language": None, "text_lsa": None, "speech_lsa": None,
-    })
+    record.update(
+        {
+            "psr_recognised": None,
+            "psr_total": None,
+            "english_wer": None,
+            "mixed_error_rate": None,
+            "text_language": None,
+            "speech_language": None,
+            "text_lsa": None,
+            "speech_lsa": None,
+        }
+    )
     return record
 
 
@@ -96,7 +112,9 @@ def _keyword_hit(set_name: str, doc: Mapping, response: str) -> bool:
     from cs3_tasks import metrics
 
     if set_name == "knowledge":
-        return bool(metrics.knowledge_keyword_hit(response, doc.get("Answer_zh") or "", doc.get("Answer_en") or ""))
+        return bool(
+            metrics.knowledge_keyword_hit(response, doc.get("Answer_zh") or "", doc.get("Answer_en") or "")
+        )
     return bool(metrics.english_keyword_hit(response, doc.get("Answer") or ""))
 
 
@@ -108,9 +126,16 @@ def _judge_item(set_name: str, doc: Mapping, response: str, aspect: str | None):
     if aspect is not None:
         return judge.OpenEndedItem(question=question, reference=doc.get("Answer"), response=response, qid=qid)
     if set_name == "knowledge":
-        return judge.KnowledgeItem(question=question, reference=doc.get("Answer_zh") or "", response=response,
-                                   reference_en=doc.get("Answer_en"), qid=qid)
-    return judge.KnowledgeItem(question=question, reference=doc.get("Answer") or "", response=response, qid=qid)
+        return judge.KnowledgeItem(
+            question=question,
+            reference=doc.get("Answer_zh") or "",
+            response=response,
+            reference_en=doc.get("Answer_en"),
+            qid=qid,
+        )
+    return judge.KnowledgeItem(
+        question=question, reference=doc.get("Answer") or "", response=response, qid=qid
+    )
 
 
 @dataclass
@@ -121,8 +146,9 @@ class _JudgeJob:
     item: Any
 
 
-def _run_judge_jobs(set_name: str, jobs: Sequence[_JudgeJob], config: JudgeConfig,
-                    progress: bool = False) -> list[Verdict]:
+def _run_judge_jobs(
+    set_name: str, jobs: Sequence[_JudgeJob], config: JudgeConfig, progress: bool = False
+) -> list[Verdict]:
     """Judge all jobs, one judge call per aspect (the judge sends identical prompts once, concurrently)."""
     from cs3_tasks import judge
 
@@ -166,8 +192,9 @@ def _apply_verdict(record: dict, job: _JudgeJob, verdict: Verdict) -> None:
         record[f"{ch}_understood"] = metrics.understood(record[f"{ch}_relevance"])  # relevance > 3
 
 
-def _channel_keyword(record: dict, set_name: str, doc: Mapping, ch: str, response: str | None,
-                     judge_enabled: bool) -> bool:
+def _channel_keyword(
+    record: dict, set_name: str, doc: Mapping, ch: str, response: str | None, judge_enabled: bool
+) -> bool:
     """Keyword stage of one channel; True when the judge is still needed."""
     if response is None:
         return False  # status stays "missing"
@@ -209,9 +236,15 @@ def _text_metrics(record: dict, set_name: str) -> None:
 # the stage shared with conversation scoring: pairing outputs with docs, batched ASR
 
 
-def pair_outputs(set_name: str, docs: Sequence[Mapping], outputs: Sequence[ModelOutput], *,
-                 doc_id: Callable[[Mapping], str], blank: Callable[[str, Mapping | None, str | None], dict],
-                 noun: str = "Qid") -> tuple[list[dict], list[tuple[Mapping | None, ModelOutput | None]]]:
+def pair_outputs(
+    set_name: str,
+    docs: Sequence[Mapping],
+    outputs: Sequence[ModelOutput],
+    *,
+    doc_id: Callable[[Mapping], str],
+    blank: Callable[[str, Mapping | None, str | None], dict],
+    noun: str = "Qid",
+) -> tuple[list[dict], list[tuple[Mapping | None, ModelOutput | None]]]:
     """One blank record per doc (in order), then one per output whose id is not among ``docs``.
 
     ``blank(qid, doc or None, problem)`` makes a record of the caller's schema. A doc without output gets
@@ -244,8 +277,14 @@ def pair_outputs(set_name: str, docs: Sequence[Mapping], outputs: Sequence[Model
     return records, pairs
 
 
-def transcribe_outputs(records: Sequence[dict], pairs: Sequence[tuple[Mapping | None, ModelOutput | None]], *,
-                       language: str | None, asr: AsrConfig | None = None, progress: bool = True) -> list[int]:
+def transcribe_outputs(
+    records: Sequence[dict],
+    pairs: Sequence[tuple[Mapping | None, ModelOutput | None]],
+    *,
+    language: str | None,
+    asr: AsrConfig | None = None,
+    progress: bool = True,
+) -> list[int]:
     """Transcribe the speech of every paired output in ONE `asr.transcribe_batch` call.
 
     Sets ``transcript`` / ``asr_language`` of each record, or ``asr_error`` and a problem ("ASR failed:
@@ -253,14 +292,22 @@ def transcribe_outputs(records: Sequence[dict], pairs: Sequence[tuple[Mapping | 
     """
     from cs3_tasks import asr as asr_module
 
-    indices = [i for i, (doc, output) in enumerate(pairs)
-               if doc is not None and output is not None and output.audio is not None]
+    indices = [
+        i
+        for i, (doc, output) in enumerate(pairs)
+        if doc is not None and output is not None and output.audio is not None
+    ]
     if not indices:
         return indices
     config = asr or asr_module.AsrConfig()
-    transcripts = asr_module.transcribe_batch([pairs[i][1].audio for i in indices], language=language,
-                                              model=config.model, backend=config.backend,
-                                              short_clips=config.short_clips, progress=progress)
+    transcripts = asr_module.transcribe_batch(
+        [pairs[i][1].audio for i in indices],
+        language=language,
+        model=config.model,
+        backend=config.backend,
+        short_clips=config.short_clips,
+        progress=progress,
+    )
     for i, transcript in zip(indices, transcripts):
         record = records[i]
         if transcript.error:
@@ -281,10 +328,18 @@ def asr_config(asr: AsrConfig | None, model: str | None = None, backend: str | N
     return replace(config, model=model or config.model, backend=backend or config.backend)
 
 
-def score_batch(set_name: str, docs: Sequence[Mapping], outputs: Sequence[ModelOutput], *,
-                asr: AsrConfig | None = None, asr_model: str | None = None, asr_backend: str | None = None,
-                judge: JudgeConfig | None = None, progress: bool = True,
-                on_record: Callable[[dict], None] | None = None) -> list[dict]:
+def score_batch(
+    set_name: str,
+    docs: Sequence[Mapping],
+    outputs: Sequence[ModelOutput],
+    *,
+    asr: AsrConfig | None = None,
+    asr_model: str | None = None,
+    asr_backend: str | None = None,
+    judge: JudgeConfig | None = None,
+    progress: bool = True,
+    on_record: Callable[[dict], None] | None = None,
+) -> list[dict]:
     """Per-item records (keys: docs/architecture.md) for ``outputs`` against ``docs``.
 
     One record per doc (a doc without output: problem "no output", channels "missing") and one per
@@ -319,17 +374,26 @@ def score_batch(set_name: str, docs: Sequence[Mapping], outputs: Sequence[ModelO
             continue
         if open_ended:
             if judge_enabled:
-                text_jobs += [_JudgeJob(i, "text", a, _judge_item(set_name, doc, output.text, a))
-                              for a in OPEN_ENDED_ASPECTS]
+                text_jobs += [
+                    _JudgeJob(i, "text", a, _judge_item(set_name, doc, output.text, a))
+                    for a in OPEN_ENDED_ASPECTS
+                ]
         elif _channel_keyword(records[i], set_name, doc, "text", output.text, judge_enabled):
             text_jobs.append(_JudgeJob(i, "text", None, _judge_item(set_name, doc, output.text, None)))
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cs3-text-judge")
-    text_future: Future | None = pool.submit(_run_judge_jobs, set_name, text_jobs, judge) if text_jobs else None
+    text_future: Future | None = (
+        pool.submit(_run_judge_jobs, set_name, text_jobs, judge) if text_jobs else None
+    )
 
     try:
         # (2) speech channel: one batched ASR call over every speech output
-        speech_indices = transcribe_outputs(records, pairs, language=ASR_LANGUAGE_HINT[set_name],
-                                            asr=asr_config(asr, asr_model, asr_backend), progress=progress)
+        speech_indices = transcribe_outputs(
+            records,
+            pairs,
+            language=ASR_LANGUAGE_HINT[set_name],
+            asr=asr_config(asr, asr_model, asr_backend),
+            progress=progress,
+        )
         for record, (doc, _) in zip(records, pairs):
             if doc is not None:
                 _text_metrics(record, set_name)
@@ -341,8 +405,10 @@ def score_batch(set_name: str, docs: Sequence[Mapping], outputs: Sequence[ModelO
                 continue
             if open_ended:
                 if judge_enabled:
-                    speech_jobs += [_JudgeJob(i, "speech", a, _judge_item(set_name, doc, transcript, a))
-                                    for a in OPEN_ENDED_ASPECTS]
+                    speech_jobs += [
+                        _JudgeJob(i, "speech", a, _judge_item(set_name, doc, transcript, a))
+                        for a in OPEN_ENDED_ASPECTS
+                    ]
             elif _channel_keyword(records[i], set_name, doc, "speech", transcript, judge_enabled):
                 speech_jobs.append(_JudgeJob(i, "speech", None, _judge_item(set_name, doc, transcript, None)))
 
@@ -355,7 +421,10 @@ def score_batch(set_name: str, docs: Sequence[Mapping], outputs: Sequence[ModelO
             emit(i)
 
         # (3) speech channel judged in chunks; each chunk's records are final when it returns
-        chunks = [speech_waiting[k:k + JUDGE_CHUNK_RECORDS] for k in range(0, len(speech_waiting), JUDGE_CHUNK_RECORDS)]
+        chunks = [
+            speech_waiting[k : k + JUDGE_CHUNK_RECORDS]
+            for k in range(0, len(speech_waiting), JUDGE_CHUNK_RECORDS)
+        ]
         for chunk in _maybe_progress(chunks, progress, "judge (speech)"):
             members = set(chunk)
             jobs = [job for job in speech_jobs if job.index in members]
@@ -382,8 +451,10 @@ def _maybe_progress(items: list, progress: bool, desc: str) -> Iterable:
 # records file (resumable)
 
 # failures worth retrying on a re-run (ASR and judge errors); any other record is final
-RETRYABLE_ERRORS = ("asr_error", *(f"{ch}_{kind}" for ch in CHANNELS
-                                   for kind in ("judge_error", "relevance_error", "semantic_error")))
+RETRYABLE_ERRORS = (
+    "asr_error",
+    *(f"{ch}_{kind}" for ch in CHANNELS for kind in ("judge_error", "relevance_error", "semantic_error")),
+)
 
 
 class SettingsMismatchError(ValueError):
@@ -406,7 +477,9 @@ def read_records(path: Path) -> dict[str, dict]:
     return records
 
 
-def needs_rescore(record: Mapping, output: ModelOutput | None, retryable: Sequence[str] = RETRYABLE_ERRORS) -> bool:
+def needs_rescore(
+    record: Mapping, output: ModelOutput | None, retryable: Sequence[str] = RETRYABLE_ERRORS
+) -> bool:
     """A record is reused unless it carries a retryable failure or the output changed since."""
     if any(record.get(key) for key in retryable):
         return True
@@ -448,15 +521,22 @@ class RecordsFile:
             if previous != settings:
                 raise SettingsMismatchError(
                     f"{self.path} was made with other settings ({previous}); now {dict(settings)}. "
-                    "Use --restart (ASR and judge caches keep it cheap) or another --out.")
+                    "Use --restart (ASR and judge caches keep it cheap) or another --out."
+                )
         atomic_write(self.settings_path, json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
         self.done = read_records(self.path)
         return self.done
 
-    def pending(self, order: Sequence[str], outputs: Mapping[str, ModelOutput],
-                retryable: Sequence[str] = RETRYABLE_ERRORS) -> set[str]:
+    def pending(
+        self,
+        order: Sequence[str],
+        outputs: Mapping[str, ModelOutput],
+        retryable: Sequence[str] = RETRYABLE_ERRORS,
+    ) -> set[str]:
         """The ids still to score: not done, or done with a retryable failure, or whose output changed."""
-        return {q for q in order if q not in self.done or needs_rescore(self.done[q], outputs.get(q), retryable)}
+        return {
+            q for q in order if q not in self.done or needs_rescore(self.done[q], outputs.get(q), retryable)
+        }
 
     @contextmanager
     def appender(self) -> Iterator[Callable[[dict], None]]:
@@ -464,6 +544,7 @@ class RecordsFile:
         if self.path.is_file():  # a torn last line (killed mid-write) must not swallow the next record
             _write_records(self.path, self.done.values())
         with open(self.path, "a", encoding="utf-8") as handle:
+
             def append(record: dict) -> None:
                 handle.write(json.dumps(record, ensure_ascii=False) + "\n")
                 handle.flush()
@@ -485,15 +566,25 @@ class RecordsFile:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from cs3_tasks import asr, judge
 
-    parser.add_argument("--outputs", required=True, type=Path,
-                        help="outputs dir: json/<set>.json + wav/<Qid>.wav (authors) or <set>.jsonl (ours)")
+    parser.add_argument(
+        "--outputs",
+        required=True,
+        type=Path,
+        help="outputs dir: json/<set>.json + wav/<Qid>.wav (authors) or <set>.jsonl (ours)",
+    )
     parser.add_argument("--set", required=True, choices=SETS, dest="set_name")
     parser.add_argument("--out", required=True, type=Path, help="result dir (records, summary)")
-    parser.add_argument("--dataset", default=None,
-                        help="dataset: Hub id, local build dir, 'demo', or a source JSON file of the set")
-    parser.add_argument("--model-name", default=None, help="name of the scored model (default: outputs dir name)")
-    parser.add_argument("--restart", action="store_true",
-                        help="discard existing records (caches still make the re-run cheap)")
+    parser.add_argument(
+        "--dataset",
+        default=None,
+        help="dataset: Hub id, local build dir, 'demo', or a source JSON file of the set",
+    )
+    parser.add_argument(
+        "--model-name", default=None, help="name of the scored model (default: outputs dir name)"
+    )
+    parser.add_argument(
+        "--restart", action="store_true", help="discard existing records (caches still make the re-run cheap)"
+    )
     parser.add_argument("--no-progress", action="store_true")
     asr.add_asr_arguments(parser)
     judge.add_judge_arguments(parser)
@@ -511,8 +602,11 @@ def run_settings(asr: AsrConfig, asr_language: str | None, judge_config: JudgeCo
         "asr_backend": resolved.backend,
         "asr_language": asr_language,
         "asr_decoding": asdict(asr_module.decoding_options(resolved.short_clips)),
-        "judge": None if judge_config is None else {
-            "base_url": judge_config.base_url, "model": judge_config.model,
+        "judge": None
+        if judge_config is None
+        else {
+            "base_url": judge_config.base_url,
+            "model": judge_config.model,
             "temperature": judge_config.temperature,
         },
     }
@@ -547,13 +641,22 @@ def run(args: argparse.Namespace) -> int:
     known = set(doc_qids)
     order = doc_qids + [q for q in outputs if q not in known]
     pending = store.pending(order, outputs)
-    print(f"{set_name}: {len(order)} items, {len(order) - len(pending)} already scored, {len(pending)} to score",
-          file=sys.stderr)
+    print(
+        f"{set_name}: {len(order)} items, {len(order) - len(pending)} already scored, "
+        f"{len(pending)} to score",
+        file=sys.stderr,
+    )
     with store.appender() as append:
         if pending:
-            score_batch(set_name, [d for d in docs if str(d["Qid"]) in pending],
-                        [o for q, o in outputs.items() if q in pending], asr=asr_config, judge=judge_config,
-                        progress=not args.no_progress, on_record=append)
+            score_batch(
+                set_name,
+                [d for d in docs if str(d["Qid"]) in pending],
+                [o for q, o in outputs.items() if q in pending],
+                asr=asr_config,
+                judge=judge_config,
+                progress=not args.no_progress,
+                on_record=append,
+            )
     result = summary.summarize(set_name, store.finish(order))
     result["model"] = args.model_name or Path(args.outputs).resolve().name
     result["settings"] = settings

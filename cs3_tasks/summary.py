@@ -34,7 +34,11 @@ def _psr(records: Sequence[dict]) -> dict:
     entry = metrics.pronunciation_success_rate(counts)
     entry["macro"] = entry["value"]
     entry["macro_ci"] = [entry["ci_low"], entry["ci_high"]]
-    entry["value"], entry["ci_low"], entry["ci_high"] = entry["micro"], entry["micro_ci_low"], entry["micro_ci_high"]
+    entry["value"], entry["ci_low"], entry["ci_high"] = (
+        entry["micro"],
+        entry["micro_ci_low"],
+        entry["micro_ci_high"],
+    )
     entry["n_excluded_no_english"] = sum(1 for _, total in counts if total <= 0)
     return entry
 
@@ -69,11 +73,13 @@ def _channel_summary(set_name: str, records: Sequence[dict], ch: str) -> dict | 
         summary["mean_semantic"] = metrics.mean_score([r[f"{ch}_semantic"] for r in applicable])
         summary["n_relevance_error"] = sum(1 for r in records if r[f"{ch}_relevance_error"])
         summary["n_semantic_error"] = sum(1 for r in records if r[f"{ch}_semantic_error"])
-        summary["n_unscored"] = sum(1 for r in applicable if r[f"{ch}_relevance"] is None
-                                    and not r[f"{ch}_relevance_error"])
+        summary["n_unscored"] = sum(
+            1 for r in applicable if r[f"{ch}_relevance"] is None and not r[f"{ch}_relevance_error"]
+        )
     summary["lsa"] = metrics.rate([r[f"{ch}_lsa"] for r in applicable])
-    summary["language_counts"] = dict(Counter(r[f"{ch}_language"] for r in records
-                                              if r[f"{ch}_language"] is not None))
+    summary["language_counts"] = dict(
+        Counter(r[f"{ch}_language"] for r in records if r[f"{ch}_language"] is not None)
+    )
     return summary
 
 
@@ -104,9 +110,12 @@ def summarize(set_name: str, records: Sequence[dict]) -> dict:
         "speech": _channel_summary(set_name, scorable, "speech"),
         "psr": _psr(scorable),
         # mean of per-item rates over items that have one (English WER: text response has English words)
-        "english_wer": metrics.mean_score([r["english_wer"] for r in scorable if r["english_wer"] is not None]),
-        "mixed_error_rate": metrics.mean_score([r["mixed_error_rate"] for r in scorable
-                                                if r["mixed_error_rate"] is not None]),
+        "english_wer": metrics.mean_score(
+            [r["english_wer"] for r in scorable if r["english_wer"] is not None]
+        ),
+        "mixed_error_rate": metrics.mean_score(
+            [r["mixed_error_rate"] for r in scorable if r["mixed_error_rate"] is not None]
+        ),
     }
 
 
@@ -122,8 +131,13 @@ def _gap(acc_cs: float | None, acc_en: float | None) -> dict:
     from cs3_tasks import metrics
 
     drop = metrics.accuracy_drop(acc_cs, acc_en)
-    return {"acc_cs": acc_cs, "acc_en": acc_en, "drop_abs": drop["absolute"], "drop_rel": drop["relative"],
-            "preserve": drop["preserve_rate"]}
+    return {
+        "acc_cs": acc_cs,
+        "acc_en": acc_en,
+        "drop_abs": drop["absolute"],
+        "drop_rel": drop["relative"],
+        "preserve": drop["preserve_rate"],
+    }
 
 
 def compare_cs_en(cs_summary: Mapping, en_summary: Mapping) -> dict:
@@ -135,10 +149,13 @@ def compare_cs_en(cs_summary: Mapping, en_summary: Mapping) -> dict:
     comparison: dict[str, Any] = {}
     for ch in CHANNELS:
         entry = _gap(_accuracy(cs_summary, ch), _accuracy(en_summary, ch))
-        categories = sorted(set((cs_summary.get(ch) or {}).get("by_category", {}))
-                            | set((en_summary.get(ch) or {}).get("by_category", {})))
-        entry["by_category"] = {c: _gap(_accuracy(cs_summary, ch, c), _accuracy(en_summary, ch, c))
-                                for c in categories}
+        categories = sorted(
+            set((cs_summary.get(ch) or {}).get("by_category", {}))
+            | set((en_summary.get(ch) or {}).get("by_category", {}))
+        )
+        entry["by_category"] = {
+            c: _gap(_accuracy(cs_summary, ch, c), _accuracy(en_summary, ch, c)) for c in categories
+        }
         comparison[ch] = entry
     return comparison
 
@@ -159,54 +176,87 @@ def format_entry(entry: Mapping | None, percent: bool = True) -> str:
     return f"{value:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
 
 
-
 def summary_markdown(summary: Mapping) -> str:
     """A markdown rendering of `summarize` output (95% CIs in brackets)."""
     set_name = summary["set"]
-    lines = [f"# {summary.get('model') or 'model'}: {set_name}", "",
-             (f"items: {summary['n_items']}, no output: {summary['n_no_output']}, unknown Qids: "
-             f"{summary['n_unknown_qid']}, items with problems: {summary['n_problems']}, "
-             f"ASR errors: {summary['n_asr_error']}"), ""]
+    lines = [
+        f"# {summary.get('model') or 'model'}: {set_name}",
+        "",
+        (
+            f"items: {summary['n_items']}, no output: {summary['n_no_output']}, unknown Qids: "
+            f"{summary['n_unknown_qid']}, items with problems: {summary['n_problems']}, "
+            f"ASR errors: {summary['n_asr_error']}"
+        ),
+        "",
+    ]
     if set_name in KNOWLEDGE_SETS:
-        lines += [("| channel | accuracy [95% CI] | n | judge_error (excluded) | unresolved | empty (wrong) "
-                   "| missing (excluded) | LSA |"),
-                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            (
+                "| channel | accuracy [95% CI] | n | judge_error (excluded) | unresolved | empty (wrong) "
+                "| missing (excluded) | LSA |"
+            ),
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for ch in CHANNELS:
             s = summary.get(ch)
             if s is None:
                 lines.append(f"| {ch} | n/a | 0 | | | | | n/a |")
                 continue
-            lines.append(f"| {ch} | {format_entry(s['accuracy'])} | {s['accuracy']['n']} | {s['n_judge_error']} | "
-                         f"{s['n_unresolved']} | {s['n_empty']} | {s['n_missing']} | {format_entry(s['lsa'])} |")
-        categories = sorted({c for ch in CHANNELS for c in ((summary.get(ch) or {}).get("by_category") or {})})
+            lines.append(
+                f"| {ch} | {format_entry(s['accuracy'])} | {s['accuracy']['n']} | {s['n_judge_error']} | "
+                f"{s['n_unresolved']} | {s['n_empty']} | {s['n_missing']} | {format_entry(s['lsa'])} |"
+            )
+        categories = sorted(
+            {c for ch in CHANNELS for c in ((summary.get(ch) or {}).get("by_category") or {})}
+        )
         if categories:
             lines += ["", "| category | text accuracy | speech accuracy |", "| --- | --- | --- |"]
             for c in categories:
-                cells = [format_entry(((summary.get(ch) or {}).get("by_category") or {}).get(c)) for ch in CHANNELS]
+                cells = [
+                    format_entry(((summary.get(ch) or {}).get("by_category") or {}).get(c)) for ch in CHANNELS
+                ]
                 lines.append(f"| {c} | {cells[0]} | {cells[1]} |")
     else:
-        lines += ["| channel | understanding rate | mean relevance | mean semantic | judge errors | LSA |",
-                  "| --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "| channel | understanding rate | mean relevance | mean semantic | judge errors | LSA |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
         for ch in CHANNELS:
             s = summary.get(ch)
             if s is None:
                 lines.append(f"| {ch} | n/a | n/a | n/a | | n/a |")
                 continue
-            lines.append(f"| {ch} | {format_entry(s['understanding_rate'])} | {format_entry(s['mean_relevance'], False)} | "
-                         f"{format_entry(s['mean_semantic'], False)} | {s['n_relevance_error'] + s['n_semantic_error']} "
-                         f"| {format_entry(s['lsa'])} |")
+            errors = s["n_relevance_error"] + s["n_semantic_error"]
+            lines.append(
+                f"| {ch} | {format_entry(s['understanding_rate'])} "
+                f"| {format_entry(s['mean_relevance'], False)} | {format_entry(s['mean_semantic'], False)} "
+                f"| {errors} | {format_entry(s['lsa'])} |"
+            )
     psr = summary["psr"]
-    lines += ["", "| PSR | English WER | mixed error rate |", "| --- | --- | --- |",
-              (f"| {format_entry(psr)} ({psr['recognised']}/{psr['words']} words; {psr['n_excluded_no_english']} items "
-              f"without English words excluded) | {format_entry(summary['english_wer'], False)} | "
-              f"{format_entry(summary['mixed_error_rate'], False)} |")]
+    lines += [
+        "",
+        "| PSR | English WER | mixed error rate |",
+        "| --- | --- | --- |",
+        (
+            f"| {format_entry(psr)} ({psr['recognised']}/{psr['words']} words; "
+            f"{psr['n_excluded_no_english']} items without English words excluded) | "
+            f"{format_entry(summary['english_wer'], False)} | "
+            f"{format_entry(summary['mixed_error_rate'], False)} |"
+        ),
+    ]
     comparison = summary.get("cs_vs_en")
     if comparison:
-        lines += ["", "| channel | acc cs | acc en | drop (abs) | drop (rel) | preserve |",
-                  "| --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "",
+            "| channel | acc cs | acc en | drop (abs) | drop (rel) | preserve |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
         for ch in CHANNELS:
             c = comparison[ch]
-            cells = [format_entry({"value": c[k]}) for k in ("acc_cs", "acc_en", "drop_abs", "drop_rel", "preserve")]
+            cells = [
+                format_entry({"value": c[k]})
+                for k in ("acc_cs", "acc_en", "drop_abs", "drop_rel", "preserve")
+            ]
             lines.append(f"| {ch} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

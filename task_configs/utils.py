@@ -142,7 +142,11 @@ class ScoreResponses(Filter):
         settings = RUN.settings
         outputs = [model_output(doc, responses) for doc, responses in zip(docs, resps)]
         records = scoring.score_batch(
-            self.set_name, list(docs), outputs, asr=asr_config(settings), judge=judge_config(settings),
+            self.set_name,
+            list(docs),
+            outputs,
+            asr=asr_config(settings),
+            judge=judge_config(settings),
             progress=True,
         )
         by_qid = {r["qid"]: r for r in records}
@@ -196,8 +200,11 @@ def asr_config(settings: Mapping[str, Any]):
     """The ASR of a run with these settings (``asr_backend``, ``asr_model``, ``asr_short_clips``)."""
     from cs3_tasks.asr import AsrConfig
 
-    return AsrConfig(backend=settings.get("asr_backend") or None, model=settings.get("asr_model") or None,
-                     short_clips=settings.get("asr_short_clips") or None)
+    return AsrConfig(
+        backend=settings.get("asr_backend") or None,
+        model=settings.get("asr_model") or None,
+        short_clips=settings.get("asr_short_clips") or None,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -223,9 +230,18 @@ KNOWLEDGE_METRICS = (
 )
 CS_VS_EN_METRICS = ["drop_text", "drop_speech", "preserve_text", "preserve_speech"]
 OPEN_ENDED_METRICS = [
-    "understanding_text", "understanding_speech", "relevance_text", "relevance_speech",
-    "semantic_text", "semantic_speech", "psr", "english_wer", "lsa_text", "lsa_speech",
-    "judge_errors", "asr_errors",
+    "understanding_text",
+    "understanding_speech",
+    "relevance_text",
+    "relevance_speech",
+    "semantic_text",
+    "semantic_speech",
+    "psr",
+    "english_wer",
+    "lsa_text",
+    "lsa_speech",
+    "judge_errors",
+    "asr_errors",
 ]
 _TEXT_ONLY_EXCLUDED = ("speech", "psr", "english_wer", "asr_errors")
 
@@ -320,9 +336,14 @@ agg_relevance_text = _summary_metric("text", "mean_relevance", "value")
 agg_relevance_speech = _summary_metric("speech", "mean_relevance", "value")
 agg_semantic_text = _summary_metric("text", "mean_semantic", "value")
 agg_semantic_speech = _summary_metric("speech", "mean_semantic", "value")
-agg_judge_errors = _count(("text", "n_judge_error"), ("speech", "n_judge_error"),
-                          ("text", "n_relevance_error"), ("speech", "n_relevance_error"),
-                          ("text", "n_semantic_error"), ("speech", "n_semantic_error"))
+agg_judge_errors = _count(
+    ("text", "n_judge_error"),
+    ("speech", "n_judge_error"),
+    ("text", "n_relevance_error"),
+    ("speech", "n_relevance_error"),
+    ("text", "n_semantic_error"),
+    ("speech", "n_semantic_error"),
+)
 agg_asr_errors = _count(("n_asr_error",))
 agg_drop_text = _cs_vs_en("text", "drop_abs")
 agg_drop_speech = _cs_vs_en("speech", "drop_abs")

@@ -212,9 +212,20 @@ def test_belle_task_through_lm_eval_echo_system(tmp_path):
         )
     results = tmp_path / "results"
     run = run_lm_eval(
-        "--model", "cs3-precomputed", "--model_args", f"outputs={outputs}", "--tasks", "belle_s2s_zh2en",
-        "--limit", "3", "--metadata", json.dumps({"dataset": str(folder)}), "--output_path", str(results),
-        "--log_samples", env={"CS3_BENCH_CACHE": str(tmp_path / "cache")},
+        "--model",
+        "cs3-precomputed",
+        "--model_args",
+        f"outputs={outputs}",
+        "--tasks",
+        "belle_s2s_zh2en",
+        "--limit",
+        "3",
+        "--metadata",
+        json.dumps({"dataset": str(folder)}),
+        "--output_path",
+        str(results),
+        "--log_samples",
+        env={"CS3_BENCH_CACHE": str(tmp_path / "cache")},
     )
     assert run.returncode == 0, run.stderr[-3000:]
     values = json.loads(next(results.rglob("results_*.json")).read_text())["results"]["belle_s2s_zh2en"]

@@ -83,8 +83,16 @@ class FakeASR:
         self.calls: list[list[str]] = []
 
     def __call__(
-        self, audios, language=None, *, model=None, backend=None, use_cache=True, progress=True,
-        batch_size=None, short_clips=None,
+        self,
+        audios,
+        language=None,
+        *,
+        model=None,
+        backend=None,
+        use_cache=True,
+        progress=True,
+        batch_size=None,
+        short_clips=None,
     ):
         names = [Path(a).name for a in audios]
         self.calls.append(names)
@@ -448,11 +456,20 @@ def test_cli_writes_records_summary_and_markdown(tmp_path, fakes):
 def test_cli_cs_vs_en_does_not_depend_on_which_set_is_scored_first(tmp_path, fakes, first):
     asr, _ = fakes
     outputs, cs_dataset = _cli_fixture(tmp_path, asr)
-    en_docs = [{"Qid": f"k-{i:03d}", "Question": f"question {i}", "Answer": f"answer{i}",
-                "Category": ("Acoustic", "Semantic", "Integrated")[i % 3]} for i in range(6)]
+    en_docs = [
+        {
+            "Qid": f"k-{i:03d}",
+            "Question": f"question {i}",
+            "Answer": f"answer{i}",
+            "Category": ("Acoustic", "Semantic", "Integrated")[i % 3],
+        }
+        for i in range(6)
+    ]
     en_dataset = tmp_path / "cs_knowledge_en.json"
     en_dataset.write_text(json.dumps(en_docs), encoding="utf-8")
-    en_rows = [{"Qid": d["Qid"], "Response": d["Answer"] if i < 3 else "no idea"} for i, d in enumerate(en_docs)]
+    en_rows = [
+        {"Qid": d["Qid"], "Response": d["Answer"] if i < 3 else "no idea"} for i, d in enumerate(en_docs)
+    ]
     _authors_layout(outputs, "knowledge_en", en_rows, {})
     out = tmp_path / "result"
     datasets = {"knowledge": cs_dataset, "knowledge_en": en_dataset}
@@ -709,7 +726,9 @@ def test_cli_without_outputs_or_dataset_is_a_clean_error(tmp_path, fakes, capsys
 def test_load_docs_from_the_authors_source_dir():
     import os
 
-    shared = Path(os.environ.get("CS3_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+    shared = Path(
+        os.environ.get("CS3_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data"
+    )
     if not (shared / "cs3bench" / "cs_knowledge.json").is_file():
         pytest.skip(f"shared CS3-Bench source not found under {shared} (set CS3_SHARED_DATA)")
     docs = data.load_docs("knowledge", str(shared / "cs3bench"))
@@ -721,10 +740,22 @@ def test_cli_help_lists_the_options():
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "cs3_tasks.cli", "score", "--help"], check=False,
-                            capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "cs3_tasks.cli", "score", "--help"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0
-    for option in ("--outputs", "--set", "--out", "--dataset", "--asr-model", "--no-judge", "--model-name",
-                   "--restart"):
+    for option in (
+        "--outputs",
+        "--set",
+        "--out",
+        "--dataset",
+        "--asr-model",
+        "--no-judge",
+        "--model-name",
+        "--restart",
+    ):
         assert option in result.stdout
