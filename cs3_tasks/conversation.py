@@ -351,28 +351,23 @@ def run(args) -> int:
     except scoring.SettingsMismatchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    doc_ids = [doc_id(d) for d in docs]
-    known = set(doc_ids)
-    order = doc_ids + [q for q in outputs if q not in known]
-    pending = store.pending(order, outputs, RETRYABLE_ERRORS)
-    print(
-        f"{args.set_name}: {len(order)} items, {len(order) - len(pending)} already scored, "
-        f"{len(pending)} to score",
-        file=sys.stderr,
+
+    def score(pending_docs, pending_outputs, append) -> None:
+        score_conversation(
+            args.set_name,
+            pending_docs,
+            pending_outputs,
+            pair,
+            asr=asr_config,
+            judge=judge_config,
+            progress=not args.no_progress,
+            on_record=append,
+        )
+
+    final = store.score_pending(
+        docs, outputs, score, doc_id=doc_id, retryable=RETRYABLE_ERRORS, label=args.set_name
     )
-    with store.appender() as append:
-        if pending:
-            score_conversation(
-                args.set_name,
-                [d for d in docs if doc_id(d) in pending],
-                [o for q, o in outputs.items() if q in pending],
-                pair,
-                asr=asr_config,
-                judge=judge_config,
-                progress=not args.no_progress,
-                on_record=append,
-            )
-    summary = summarize_conversation(store.finish(order))
+    summary = summarize_conversation(final)
     summary["model"] = args.model_name or Path(args.outputs).resolve().name
     summary["settings"] = settings
     out = Path(args.out)

@@ -552,6 +552,36 @@ class RecordsFile:
 
             yield append
 
+    def score_pending(
+        self,
+        docs: Sequence[Mapping],
+        outputs: Mapping[str, ModelOutput],
+        score: Callable[[list[Mapping], list[ModelOutput], Callable[[dict], None]], object],
+        *,
+        doc_id: Callable[[Mapping], str],
+        retryable: Sequence[str] = RETRYABLE_ERRORS,
+        label: str = "",
+    ) -> list[dict]:
+        """Score what is pending with ``score(docs, outputs, on_record)``, appending each final record;
+        returns every record, one per id: docs in order, then unknown ids (after `open`)."""
+        doc_ids = [doc_id(d) for d in docs]
+        known = set(doc_ids)
+        order = doc_ids + [q for q in outputs if q not in known]
+        pending = self.pending(order, outputs, retryable)
+        print(
+            f"{label}: {len(order)} items, {len(order) - len(pending)} already scored, "
+            f"{len(pending)} to score",
+            file=sys.stderr,
+        )
+        with self.appender() as append:
+            if pending:
+                score(
+                    [d for d in docs if doc_id(d) in pending],
+                    [o for q, o in outputs.items() if q in pending],
+                    append,
+                )
+        return self.finish(order)
+
     def finish(self, order: Sequence[str]) -> list[dict]:
         """Compact the file: one record per id, in ``order``; returns those records."""
         final = [self.done[q] for q in order if q in self.done]
@@ -637,27 +667,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    doc_qids = [str(d["Qid"]) for d in docs]
-    known = set(doc_qids)
-    order = doc_qids + [q for q in outputs if q not in known]
-    pending = store.pending(order, outputs)
-    print(
-        f"{set_name}: {len(order)} items, {len(order) - len(pending)} already scored, "
-        f"{len(pending)} to score",
-        file=sys.stderr,
-    )
-    with store.appender() as append:
-        if pending:
-            score_batch(
-                set_name,
-                [d for d in docs if str(d["Qid"]) in pending],
-                [o for q, o in outputs.items() if q in pending],
-                asr=asr_config,
-                judge=judge_config,
-                progress=not args.no_progress,
-                on_record=append,
-            )
-    result = summary.summarize(set_name, store.finish(order))
+    def score(pending_docs: list[Mapping], pending_outputs: list[ModelOutput], append) -> None:
+        score_batch(
+            set_name,
+            pending_docs,
+            pending_outputs,
+            asr=asr_config,
+            judge=judge_config,
+            progress=not args.no_progress,
+            on_record=append,
+        )
+
+    final = store.score_pending(docs, outputs, score, doc_id=lambda doc: str(doc["Qid"]), label=set_name)
+    result = summary.summarize(set_name, final)
     result["model"] = args.model_name or Path(args.outputs).resolve().name
     result["settings"] = settings
     summaries = {set_name: result}
