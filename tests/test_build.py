@@ -264,6 +264,7 @@ GATED_BUILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_signal", [signal.SIGKILL, signal.SIGINT])
 def test_killed_build_keeps_finished_items(tmp_path, monkeypatch, kill_signal):
     source, out = small_source(tmp_path / "src", n_knowledge=24, n_open=12), tmp_path / "out"
@@ -584,6 +585,7 @@ def test_embedded_demo_matches_its_source():
     assert report["complete"] and report["tts_backend"] == "espeak"
 
 
+@pytest.mark.slow
 @needs_espeak
 def test_demo_build_is_deterministic(tmp_path):
     outs = []

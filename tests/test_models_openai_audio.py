@@ -151,6 +151,7 @@ def test_registered_and_created_from_arg_string(server, tmp_path):
     assert lm.max_concurrency == 2 and lm.output_dir == tmp_path / "o"
 
 
+@pytest.mark.slow
 def test_real_lm_eval_cli_on_demo_set(tmp_path):
     """The whole path: lm_eval CLI -> task doc_to_audio -> this wrapper -> fake endpoint -> task scoring,
     twice with --use_cache: the second run is answered from lm-eval's cache, not the endpoint."""

@@ -136,6 +136,7 @@ def test_text_only_and_missing_vocoder(fake_omni_speech, tmp_path, monkeypatch):
     assert text.startswith("heard") and audio is None
 
 
+@pytest.mark.slow
 def test_lora_adapter_is_merged_into_the_backbone(fake_omni_speech, tmp_path):
     torch = pytest.importorskip("torch")
     from peft import LoraConfig, get_peft_model
@@ -341,6 +342,7 @@ def official_vocalnet(monkeypatch, recipe_adapter):
     return adapter_dir
 
 
+@pytest.mark.slow
 def test_recipe_adapter_text_and_answer_only_speech(official_vocalnet, tmp_path, monkeypatch):
     torch = pytest.importorskip("torch")
     from cs3_tasks.models.vocalnet import VocalNetLM

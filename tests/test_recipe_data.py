@@ -243,6 +243,7 @@ def _mix_sources(tmp: Path) -> Path:
     return mix
 
 
+@pytest.mark.slow
 def test_build_data_end_to_end(tmp_path, judge_server):
     _needs_speech_tools()
     mix = _mix_sources(tmp_path)
@@ -296,6 +297,7 @@ def test_build_data_end_to_end(tmp_path, judge_server):
     )
 
 
+@pytest.mark.slow
 def test_build_data_baked_transform(tmp_path, judge_server):
     _needs_speech_tools()
     server = judge_server(fake_llm)
@@ -306,6 +308,7 @@ def test_build_data_baked_transform(tmp_path, judge_server):
     assert targets["cs-2"].startswith("Python text file<|cor_sep|>")
 
 
+@pytest.mark.slow
 def test_build_data_cli(tmp_path, capsys, judge_server):
     _needs_speech_tools()
     from cs3_tasks import cli

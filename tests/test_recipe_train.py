@@ -54,6 +54,7 @@ def _tiny_config(tmp: Path, data: Path, **extra) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_train_save_reload_generate(built, tmp_path, capsys, one_thread):
     config = _tiny_config(tmp_path, built)
     with pytest.warns(UserWarning, match="2510.07881"):   # CoR+KH together: allowed, warned
@@ -112,6 +113,7 @@ def rt_parts():
     return SpeechLMParts()
 
 
+@pytest.mark.slow
 def test_vocalnet_backbone_needs_official_code(built, tmp_path):
     try:
         import omni_speech  # noqa: F401
@@ -124,6 +126,7 @@ def test_vocalnet_backbone_needs_official_code(built, tmp_path):
         rt.train(rt.load_config(config))
 
 
+@pytest.mark.slow
 def test_config_errors_name_the_key(tmp_path, built):
     bad = tmp_path / "bad.yaml"
     bad.write_text("data: x.json\noutput_dir: o\nlearning_rate: 1\n", encoding="utf-8")
@@ -154,6 +157,7 @@ def test_paper_configs_load():
     assert CONVERSATIONS  # the shared fixture data is importable
 
 
+@pytest.mark.slow
 def test_adapter_helpers_for_wrappers(built, tmp_path, one_thread):
     """What a wrapper (cs3-vocalnet adapter=DIR) does: tokenizer + merged LoRA + postprocessing."""
     from cs3_tasks.recipe import adapter as ad
@@ -180,6 +184,7 @@ def test_adapter_helpers_for_wrappers(built, tmp_path, one_thread):
         ad.apply_adapter(base, tmp_path)
 
 
+@pytest.mark.slow
 def test_batch_with_different_instructions_matches_single_rows(built, one_thread):
     """Rows with different prompts (code-switching vs translation items) batch without shifting anything."""
     import dataclasses

@@ -15,6 +15,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 CHECK = textwrap.dedent(
@@ -42,6 +44,7 @@ CHECK = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_pip_install_dot_gives_a_working_package(tmp_path):
     source = tmp_path / "src"
     shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(

@@ -52,10 +52,10 @@ from cs3_tasks.audio import SAMPLE_RATE, write_wav
 from cs3_tasks.models.base import ItemError, Outcome, SpeechLM, SpeechReply, SpeechRequest, as_bool, safe_name
 from cs3_tasks.recipe import adapter as recipe_adapter
 from cs3_tasks.recipe.transforms import Response
+from cs3_tasks.tts import COSYVOICE_MODEL_ENV  # the vocoder is the CosyVoice2 model the TTS uses
 
 log = logging.getLogger(__name__)
 
-COSYVOICE_MODEL_ENV = "CS3_COSYVOICE2_MODEL"  # same variable as cs3_tasks.tts uses for CosyVoice2
 
 INSTALL_HELP = """\
 cs3-vocalnet needs the official VocalNet inference code, which is not importable here ({cause}).
