@@ -189,8 +189,9 @@ def add_config_to_card(
     section = (
         f"{marker_start}\n## Config `{config}` ({pair.description or pair.name})\n\n"
         f"{rows} spoken queries in {pair.language_name(pair.query_language or pair.matrix)}; the expected "
-        f"answer language is {pair.language_name(pair.response_language)}. Columns: `{columns[0]}`, `audio` (16 kHz "
-        f"mono FLAC, the HF `Audio` struct), " + ", ".join(f"`{c}`" for c in columns[1:]) + ". Language pair "
+        f"answer language is {pair.language_name(pair.response_language)}. Columns: `{columns[0]}`, "
+        f"`audio` (16 kHz mono FLAC, the HF `Audio` struct), " + ", ".join(f"`{c}`" for c in columns[1:])
+        + ". Language pair "
         f"`{pair.name}` (cs3-bench `cs3_tasks/languages`).\n{incomplete}{marker_end}\n"
     )
     header = "---\n" + yaml.safe_dump(front, sort_keys=False, allow_unicode=True) + "---\n"

@@ -187,7 +187,8 @@ def normalize_zh(text: str, pair: LanguagePair | str | None = None) -> str:
     NFKC (full-width -> half-width), OpenCC t2s, lowercase; punctuation, symbols, control characters and
     middle dots (· • ・ ‧) become spaces, apostrophes are dropped ("it's" -> "its"), a decimal point
     between digits is kept and a comma between digits removed; whitespace next to a CJK character is
-    removed and other runs of whitespace collapse to one space (so English words stay separated). No number or spelling rewriting.
+    removed and other runs of whitespace collapse to one space (so English words stay separated). No
+    number or spelling rewriting.
     With a ``pair``: its script, its normalisers, and spaces kept between words of ``tokens: word`` scripts.
     """
     spec = _spec(pair)
