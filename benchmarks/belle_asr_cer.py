@@ -62,8 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--compare", type=int, default=48, help="clips in the batched-vs-sequential run (0: skip)"
     )
-    parser.add_argument("--modes", default="packed,batched",
-                        help="short-clip decodings to run on all clips (packed, batched: asr.SHORT_CLIP_DECODINGS)")
+    parser.add_argument(
+        "--modes",
+        default="packed,batched",
+        help="short-clip decodings to run on all clips (packed, batched: asr.SHORT_CLIP_DECODINGS)",
+    )
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args(argv)
@@ -90,8 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     texts: dict[str, list[str]] = {}
     for mode in args.modes.split(","):
         t0 = time.perf_counter()
-        transcripts = asr.transcribe_batch([p for p, _ in pairs], model=model_name, use_cache=False, progress=True,
-                                           short_clips=mode)
+        transcripts = asr.transcribe_batch(
+            [p for p, _ in pairs], model=model_name, use_cache=False, progress=True, short_clips=mode
+        )
         elapsed = time.perf_counter() - t0
         hyps = texts[mode] = [t.text for t in transcripts]
         errors = sum(t.error is not None for t in transcripts)

@@ -100,8 +100,6 @@ def _card_info(name: str, count: int, num_bytes: int | None) -> dict:
     return info
 
 
-
-
 def write_card(
     out: Path,
     source: dict[str, list[dict]],
@@ -190,7 +188,8 @@ def add_config_to_card(
         f"{marker_start}\n## Config `{config}` ({pair.description or pair.name})\n\n"
         f"{rows} spoken queries in {pair.language_name(pair.query_language or pair.matrix)}; the expected "
         f"answer language is {pair.language_name(pair.response_language)}. Columns: `{columns[0]}`, "
-        f"`audio` (16 kHz mono FLAC, the HF `Audio` struct), " + ", ".join(f"`{c}`" for c in columns[1:])
+        f"`audio` (16 kHz mono FLAC, the HF `Audio` struct), "
+        + ", ".join(f"`{c}`" for c in columns[1:])
         + ". Language pair "
         f"`{pair.name}` (cs3-bench `cs3_tasks/languages`).\n{incomplete}{marker_end}\n"
     )

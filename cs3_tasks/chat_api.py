@@ -63,8 +63,9 @@ def _retry_after(response: requests.Response) -> float | None:
         return None
 
 
-def post_chat(url: str, body: dict, *, api_key: str | None, timeout: float,
-              session: requests.Session | None = None) -> dict:
+def post_chat(
+    url: str, body: dict, *, api_key: str | None, timeout: float, session: requests.Session | None = None
+) -> dict:
     """One POST of a chat-completions ``body``, no retry: the reply's JSON object.
 
     Raises EndpointError: retryable for a timeout, a connection error, HTTP 408/429/5xx or a body that is
@@ -84,8 +85,9 @@ def post_chat(url: str, body: dict, *, api_key: str | None, timeout: float,
         raise EndpointError(f"request failed: {snippet(str(exc), 160)}", retryable=False) from exc
     status = response.status_code
     if is_retryable_status(status):
-        raise EndpointError(f"HTTP {status}: {snippet(response.text)}", retryable=True,
-                            retry_after=_retry_after(response))
+        raise EndpointError(
+            f"HTTP {status}: {snippet(response.text)}", retryable=True, retry_after=_retry_after(response)
+        )
     if status >= 400:
         raise EndpointError(f"HTTP {status} (not retried): {snippet(response.text)}", retryable=False)
     try:
@@ -93,8 +95,9 @@ def post_chat(url: str, body: dict, *, api_key: str | None, timeout: float,
     except ValueError:
         reply = None
     if not isinstance(reply, dict):
-        raise EndpointError(f"malformed response body: {snippet(response.text)}", retryable=True,
-                            raw=response.text[:2000])
+        raise EndpointError(
+            f"malformed response body: {snippet(response.text)}", retryable=True, raw=response.text[:2000]
+        )
     return reply
 
 
@@ -112,8 +115,9 @@ def message_text(reply: dict) -> str:
         raise TypeError(f"message content is {type(content).__name__}")
     except (KeyError, IndexError, TypeError, AttributeError) as exc:
         text = json.dumps(reply, ensure_ascii=False, default=str)
-        raise EndpointError(f"malformed response body: {snippet(text)}", retryable=True,
-                            raw=text[:2000]) from exc
+        raise EndpointError(
+            f"malformed response body: {snippet(text)}", retryable=True, raw=text[:2000]
+        ) from exc
 
 
 def _wait(policy: RetryPolicy) -> Callable[[tenacity.RetryCallState], float]:
@@ -142,8 +146,15 @@ def call_with_retries(attempt: Callable[[], T], policy: RetryPolicy) -> T:
     return retrying(attempt)
 
 
-def chat(url: str, body: dict, *, api_key: str | None, timeout: float, policy: RetryPolicy,
-         session: requests.Session | None = None) -> dict[str, Any]:
+def chat(
+    url: str,
+    body: dict,
+    *,
+    api_key: str | None,
+    timeout: float,
+    policy: RetryPolicy,
+    session: requests.Session | None = None,
+) -> dict[str, Any]:
     """``post_chat`` with the retry policy: the reply's JSON object, or the last EndpointError."""
     return call_with_retries(
         lambda: post_chat(url, body, api_key=api_key, timeout=timeout, session=session), policy

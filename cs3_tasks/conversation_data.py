@@ -227,7 +227,9 @@ def build_conversation_set(
             row[REFERENCE] = item.reference
         rows.append(row)
     num_bytes = build.write_parquet(config, rows, out, columns=columns)
-    card.add_config_to_card(out, config, pair, columns, len(rows), num_bytes, missing=[qid for qid, _ in failures])
+    card.add_config_to_card(
+        out, config, pair, columns, len(rows), num_bytes, missing=[qid for qid, _ in failures]
+    )
     spoken_count = len(to_speak) - len([f for f in failures if f[0] in {i.id for i in to_speak}])
     return ConversationBuild(config, len(rows), failures, synthesized=spoken_count - hits, from_cache=hits)
 

@@ -161,8 +161,11 @@ class _PostImportLoader(importlib.abc.Loader):
         try:
             self._patch(module)
         except Exception as error:  # noqa: BLE001  (never break lm-eval because of us)
-            print(f"cs3-bench: lm-eval hook failed on {module.__name__}: {error} "
-                  f"(set {DISABLE_ENV}=1 to switch the hook off)", file=sys.stderr)
+            print(
+                f"cs3-bench: lm-eval hook failed on {module.__name__}: {error} "
+                f"(set {DISABLE_ENV}=1 to switch the hook off)",
+                file=sys.stderr,
+            )
 
     def __getattr__(self, name):  # get_source, get_filename... for tracebacks and inspect
         return getattr(self._loader, name)

@@ -106,8 +106,11 @@ class _PairSpec:
         self.word_tokens = pair.tokens == "word"
         # Chinese/Japanese: whitespace next to a script character is noise (ASR inserts it at random);
         # Korean/Hindi: it separates words and is kept.
-        self.space_next = None if self.word_tokens else re.compile(
-            f"(?<=[{pair.script_class}])\\s+|\\s+(?=[{pair.script_class}])")
+        self.space_next = (
+            None
+            if self.word_tokens
+            else re.compile(f"(?<=[{pair.script_class}])\\s+|\\s+(?=[{pair.script_class}])")
+        )
         self.t2s = "t2s" in pair.normalizers
         self.embedded_normalizer = pair.embedded_normalizer
         self.weight = pair.embedded_word_weight
@@ -133,8 +136,15 @@ def _spec(pair: LanguagePair | str | None) -> _PairSpec:
         from cs3_tasks.languages import load_pair
 
         pair = load_pair(pair)
-    key = (pair.matrix, pair.embedded, pair.script_class, pair.tokens, tuple(pair.normalizers),
-           pair.embedded_normalizer, pair.embedded_word_weight)
+    key = (
+        pair.matrix,
+        pair.embedded,
+        pair.script_class,
+        pair.tokens,
+        tuple(pair.normalizers),
+        pair.embedded_normalizer,
+        pair.embedded_word_weight,
+    )
     spec = _SPECS.get(key)
     if spec is None:
         spec = _PairSpec(pair)

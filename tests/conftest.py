@@ -71,8 +71,15 @@ class FakeASR:
         batch_size: int = DEFAULT_BATCH_SIZE,
         short_clips: str | None = None,
     ) -> list[Transcript]:
-        self.calls.append({"audios": list(audios), "language": language, "model": model, "backend": backend,
-                           "short_clips": short_clips})
+        self.calls.append(
+            {
+                "audios": list(audios),
+                "language": language,
+                "model": model,
+                "backend": backend,
+                "short_clips": short_clips,
+            }
+        )
         heard = [self.hear(audio, language) for audio in audios]
         return [h if isinstance(h, Transcript) else Transcript(text=h, language=language) for h in heard]
 

@@ -188,8 +188,7 @@ def test_judge_knowledge_zh_end_to_end(tmp_path, judge_server):
     assert len(body["messages"]) == 1 and body["messages"][0]["role"] == "user"
     prompts = sorted(r.prompt for r in server.requests)
     assert any(
-        "中文答案：盐湖城" in p and "英文答案：Salt Lake City" in p and "我觉得是纽约" in p
-        for p in prompts
+        "中文答案：盐湖城" in p and "英文答案：Salt Lake City" in p and "我觉得是纽约" in p for p in prompts
     )
     assert server.requests[0].path == "/v1/chat/completions"
     assert "Authorization" not in server.requests[0].headers  # local server, no key configured

@@ -97,8 +97,14 @@ def write_moss(path: Path, rows=CONVERSATIONS) -> Path:
 
 def llm_configs(server, cache: Path) -> tuple[judge.JudgeConfig, judge.JudgeConfig]:
     cfg = loopback_config(
-        server, cache.parent, cache_path=cache, model="fake-rewriter", max_retries=1, backoff_max=0.02,
-        timeout=10, max_concurrency=8,
+        server,
+        cache.parent,
+        cache_path=cache,
+        model="fake-rewriter",
+        max_retries=1,
+        backoff_max=0.02,
+        timeout=10,
+        max_concurrency=8,
     )
     return cfg, judge.JudgeConfig(**{**cfg.__dict__, "model": "fake-checker"})
 
@@ -315,10 +321,32 @@ def test_build_data_cli(tmp_path, capsys, judge_server):
 
     moss = write_moss(tmp_path / "moss.jsonl")
     server = judge_server(fake_llm)
-    code = cli.main(["recipe", "build-data", "--input", str(moss), "--out", str(tmp_path / "o"),
-                     "--llm-base-url", server.base_url, "--llm-api-key-env", "", "--rewriter-model", "r",
-                     "--llm-cache", str(tmp_path / "c.sqlite"), "--max-cer", "-1",
-                     "--min-english-recall", "-1", "--transform", "kh", "--limit", "3"])
+    code = cli.main(
+        [
+            "recipe",
+            "build-data",
+            "--input",
+            str(moss),
+            "--out",
+            str(tmp_path / "o"),
+            "--llm-base-url",
+            server.base_url,
+            "--llm-api-key-env",
+            "",
+            "--rewriter-model",
+            "r",
+            "--llm-cache",
+            str(tmp_path / "c.sqlite"),
+            "--max-cer",
+            "-1",
+            "--min-english-recall",
+            "-1",
+            "--transform",
+            "kh",
+            "--limit",
+            "3",
+        ]
+    )
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["counts"] == {"rejected": 1, "ok": 2, "total": 3} and summary["train_items"] == 2
@@ -328,6 +356,21 @@ def test_build_data_cli(tmp_path, capsys, judge_server):
     # a bad input file: exit code 2 and a message naming the line, no traceback
     bad = tmp_path / "bad.jsonl"
     bad.write_text("not json\n", encoding="utf-8")
-    assert cli.main(["recipe", "build-data", "--input", str(bad), "--out", str(tmp_path / "b"),
-                     "--llm-base-url", "http://127.0.0.1:9/v1", "--llm-api-key-env", ""]) == 2
+    assert (
+        cli.main(
+            [
+                "recipe",
+                "build-data",
+                "--input",
+                str(bad),
+                "--out",
+                str(tmp_path / "b"),
+                "--llm-base-url",
+                "http://127.0.0.1:9/v1",
+                "--llm-api-key-env",
+                "",
+            ]
+        )
+        == 2
+    )
     assert "bad.jsonl:1" in capsys.readouterr().err

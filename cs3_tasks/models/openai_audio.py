@@ -34,6 +34,7 @@ from cs3_tasks.models.base import ItemError, Outcome, SpeechLM, SpeechReply, Spe
 
 log = logging.getLogger(__name__)
 
+
 def wav_base64(audio: np.ndarray, sample_rate: int = SAMPLE_RATE) -> str:
     """16-bit PCM WAV, base64: the payload of an ``input_audio`` content part."""
     import soundfile as sf
@@ -59,7 +60,9 @@ def parse_reply(body: dict) -> SpeechReply:
     try:
         message = body["choices"][0]["message"]
     except (KeyError, IndexError, TypeError) as error:
-        raise ItemError(f"malformed chat-completions reply (no choices[0].message): {str(body)[:300]}") from error
+        raise ItemError(
+            f"malformed chat-completions reply (no choices[0].message): {str(body)[:300]}"
+        ) from error
     audio_part = message.get("audio") or {}
     content = message.get("content")
     if isinstance(content, list):  # some servers return content parts
@@ -68,8 +71,9 @@ def parse_reply(body: dict) -> SpeechReply:
     audio, rate = None, SAMPLE_RATE
     if audio_part.get("data"):
         try:
-            audio, rate = sf.read(io.BytesIO(base64.b64decode(audio_part["data"])), dtype="float32",
-                                  always_2d=False)
+            audio, rate = sf.read(
+                io.BytesIO(base64.b64decode(audio_part["data"])), dtype="float32", always_2d=False
+            )
         except Exception as error:
             raise ItemError(f"reply audio is not a decodable WAV: {error}") from error
         if audio.ndim == 2:
@@ -138,11 +142,22 @@ class OpenAIAudioLM(SpeechLM):
 
     def ask(self, req: SpeechRequest) -> SpeechReply:
         body = self.request_body(req)  # bad query audio fails here, without a network call
-        reply = parse_reply(chat(self.url, body, api_key=os.environ.get(self.api_key_env), timeout=self.timeout,
-                                 policy=self.retry_policy, session=self._session))
+        reply = parse_reply(
+            chat(
+                self.url,
+                body,
+                api_key=os.environ.get(self.api_key_env),
+                timeout=self.timeout,
+                policy=self.retry_policy,
+                session=self._session,
+            )
+        )
         if reply.audio is None:
-            log.warning("cs3-openai-audio: %s/%s: reply has text but no audio (speech channel missing)",
-                        req.task, req.qid)
+            log.warning(
+                "cs3-openai-audio: %s/%s: reply has text but no audio (speech channel missing)",
+                req.task,
+                req.qid,
+            )
         return reply
 
     def generate_batch(self, requests: Sequence[SpeechRequest]) -> list[Outcome]:
@@ -154,8 +169,9 @@ class OpenAIAudioLM(SpeechLM):
                 outcomes.append(error)
         return outcomes
 
-    def generate_all(self, requests: Sequence[SpeechRequest],
-                     done: Callable[[SpeechRequest, Outcome], None]) -> None:
+    def generate_all(
+        self, requests: Sequence[SpeechRequest], done: Callable[[SpeechRequest, Outcome], None]
+    ) -> None:
         # Each request is independent: a bounded thread pool keeps max_concurrency in flight.
         with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
             futures = {pool.submit(self.ask, req): req for req in requests}
