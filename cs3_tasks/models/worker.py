@@ -95,8 +95,9 @@ class WorkerProcess:
             [python, "-u", str(worker_script(module))], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True, encoding="utf-8", errors="replace", env=child_env,
             start_new_session=True)   # its own process group: a hung worker is killed with its children
+        self._stderr_reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self._stderr_reader.start()
         threading.Thread(target=self._read_stdout, daemon=True).start()
-        threading.Thread(target=self._read_stderr, daemon=True).start()
         hello = self._receive(None, hello_timeout, "starting")
         if hello.get("protocol") != workerlib.PROTOCOL_VERSION:
             self.kill()
@@ -137,6 +138,7 @@ class WorkerProcess:
                 except subprocess.TimeoutExpired:
                     self.kill()
                     code = "unknown"
+                self._stderr_reader.join(timeout=10)   # its last words name the cause
                 raise WorkerCrashed(f"the {self.module} worker exited (code {code}) while {what}; last stderr "
                                     f"lines:\n{self.stderr_tail()}\n(full log: {self.log_path})")
             try:

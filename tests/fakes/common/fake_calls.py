@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 import time
 
 
@@ -16,6 +17,7 @@ def misbehave(audio_path):
     """A query named *crash* kills the process mid-run; one named *hang* never returns."""
     name = os.path.basename(str(audio_path))
     if "crash" in name:
+        print(f"fake: crashing on {name}", file=sys.stderr, flush=True)
         os._exit(17)
     if "hang" in name:
         time.sleep(3600)

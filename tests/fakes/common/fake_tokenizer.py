@@ -40,8 +40,8 @@ class FakeTokenizer:
                 ids.append(AUDIO_OFFSET + int(match.group(1)))
             elif piece in SPECIAL:
                 ids.append(1 + SPECIAL.index(piece))
-            else:
-                ids.append(100 + ord(piece))  # characters below U+076C only: enough for the fakes' replies
+            else:  # characters below U+076C only: enough for the fakes' replies
+                ids.extend(100 + ord(c) for c in piece)
         return ids
 
     def __call__(self, text, return_tensors=None, add_special_tokens=True, **kwargs):
