@@ -41,8 +41,13 @@ def wav_bytes(seconds: float, rate: int = 22_050) -> bytes:
 
 
 def instance(qid: str, seconds: float = 0.8, doc_id: int = 0, task: str = "cs3_knowledge") -> Instance:
-    return Instance(request_type="generate_until", doc={"Qid": qid}, idx=0, metadata=(task, doc_id, 1),
-                    arguments=("请回答音频中的问题。", {"until": ["\n\n"]}, {"audio": wav_bytes(seconds)}))
+    return Instance(
+        request_type="generate_until",
+        doc={"Qid": qid},
+        idx=0,
+        metadata=(task, doc_id, 1),
+        arguments=("请回答音频中的问题。", {"until": ["\n\n"]}, {"audio": wav_bytes(seconds)}),
+    )
 
 
 def fake_options(model: str, tmp_path: Path) -> dict:
@@ -69,15 +74,24 @@ def calls(tmp_path, monkeypatch):
     monkeypatch.setenv("CS3_FAKE_CALLS", str(path))
 
     def read(name: str | None = None) -> list[dict]:
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
+        rows = (
+            [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+            if path.exists()
+            else []
+        )
         return [row for row in rows if name is None or row["call"] == name]
 
     return read
 
 
 def make_lm(model: str, tmp_path: Path, **overrides):
-    args = {**fake_options(model, tmp_path), "output_dir": str(tmp_path / "out"), "init_timeout": 300,
-            "item_timeout": 300, **overrides}
+    args = {
+        **fake_options(model, tmp_path),
+        "output_dir": str(tmp_path / "out"),
+        "init_timeout": 300,
+        "item_timeout": 300,
+        **overrides,
+    }
     return WRAPPERS[model](**args)
 
 
@@ -124,48 +138,72 @@ def check_official_calls(model: str, calls) -> None:
         generate = calls("glm.generate")
         assert len(generate) == 2
         prompt = generate[0]["prompt"]
-        assert prompt.startswith("<|system|>\nFAKE audio prompt: User will provide you with a speech instruction.")
+        assert prompt.startswith(
+            "<|system|>\nFAKE audio prompt: User will provide you with a speech instruction."
+        )
         assert "<|user|>\n<|begin_of_audio|><|audio_0|>" in prompt
         assert prompt.endswith("<|end_of_audio|><|assistant|>streaming_transcription\n")
-        assert {k: generate[0][k] for k in ("do_sample", "temperature", "top_p", "max_new_tokens")} == \
-            {"do_sample": True, "temperature": 0.2, "top_p": 0.8, "max_new_tokens": 2000}
+        assert {k: generate[0][k] for k in ("do_sample", "temperature", "top_p", "max_new_tokens")} == {
+            "do_sample": True,
+            "temperature": 0.2,
+            "top_p": 0.8,
+            "max_new_tokens": 2000,
+        }
         assert calls("AudioDecoder")[0]["config_path"].endswith("repo/glm-4-voice-decoder/config.yaml")
     elif model == "kimi_audio":
-        assert calls("KimiAudio") == [{"call": "KimiAudio", "model_path": "moonshotai/Kimi-Audio-7B-Instruct",
-                                       "load_detokenizer": True}]
+        assert calls("KimiAudio") == [
+            {"call": "KimiAudio", "model_path": "moonshotai/Kimi-Audio-7B-Instruct", "load_detokenizer": True}
+        ]
         generate = calls("KimiAudio.generate")[0]
         assert generate["output_type"] == "both"
-        assert [{k: v for k, v in m.items() if k != "content"} for m in generate["chats"]] == \
-            [{"role": "user", "message_type": "audio"}]
-        assert (generate["audio_temperature"], generate["audio_top_k"], generate["text_temperature"],
-                generate["text_top_k"]) == (0.8, 10, 0.0, 5)   # infer.py's sampling_params
+        assert [{k: v for k, v in m.items() if k != "content"} for m in generate["chats"]] == [
+            {"role": "user", "message_type": "audio"}
+        ]
+        assert (
+            generate["audio_temperature"],
+            generate["audio_top_k"],
+            generate["text_temperature"],
+            generate["text_top_k"],
+        ) == (0.8, 10, 0.0, 5)  # infer.py's sampling_params
     elif model == "minicpm_o":
         load = calls("AutoModel.from_pretrained")[0]
         assert load["path"] == "openbmb/MiniCPM-o-2_6"
-        assert {k: load["kwargs"][k] for k in ("trust_remote_code", "init_audio", "init_tts")} == \
-            {"trust_remote_code": "True", "init_audio": "True", "init_tts": "True"}
+        assert {k: load["kwargs"][k] for k in ("trust_remote_code", "init_audio", "init_tts")} == {
+            "trust_remote_code": "True",
+            "init_audio": "True",
+            "init_tts": "True",
+        }
         assert calls("init_tts") and calls("get_sys_prompt")[0]["mode"] == "audio_assistant"
-        assert calls("get_sys_prompt")[0]["ref_audio_samples"] == 16_000   # the reference voice, 16 kHz
+        assert calls("get_sys_prompt")[0]["ref_audio_samples"] == 16_000  # the reference voice, 16 kHz
         chat = calls("chat")[0]
         assert chat["roles"] == ["user", "user"] and chat["system_parts"] == 3
-        assert chat["query_samples"] == 12_800   # 0.8 s at 16 kHz
-        assert (chat["sampling"], chat["max_new_tokens"], chat["use_tts_template"], chat["generate_audio"],
-                chat["kwargs"]) == (True, 128, True, True, {"temperature": 0.3})
+        assert chat["query_samples"] == 12_800  # 0.8 s at 16 kHz
+        assert (
+            chat["sampling"],
+            chat["max_new_tokens"],
+            chat["use_tts_template"],
+            chat["generate_audio"],
+            chat["kwargs"],
+        ) == (True, 128, True, True, {"temperature": 0.3})
     elif model == "baichuan_omni":
         load = calls("AutoModelForCausalLM.from_pretrained")[0]
         assert load["path"] == "/ckpt/Baichuan-Omni-1d5" and load["kwargs"]["trust_remote_code"] == "True"
         assert calls("bind_processor")[0]["kwargs"] == {"training": False, "relative_path": "/"}
         assert calls("Cosy24kVocoder.from_pretrained")[0]["model_path"].endswith(
-            "repo/third_party/cosy24k_vocoder/hift.pt")
+            "repo/third_party/cosy24k_vocoder/hift.pt"
+        )
         text = calls("processor")[0]["texts"][0]
         assert text.startswith("<B_SYS>FAKE: 请用【邻家女声】这个声音回答问题。<C_Q><audio_start_baichuan>")
         assert text.endswith("<audio_end_baichuan><audiotext_start_baichuan><C_A>")
     elif model == "vita_audio":
         init = calls("S2SInference")[0]
-        assert (init["model_name_or_path"], init["audio_tokenizer_type"], init["device_map"],
-                init["torch_dtype"]) == ("VITA-MLLM/VITA-Audio-Plus-Vanilla", "sensevoice_glm4voice", "cuda:0",
-                                         "torch.bfloat16")
-        assert init["chat_template"] == "fake qwen2 chat template"   # the repo's evaluation/ on sys.path
+        assert (
+            init["model_name_or_path"],
+            init["audio_tokenizer_type"],
+            init["device_map"],
+            init["torch_dtype"],
+        ) == ("VITA-MLLM/VITA-Audio-Plus-Vanilla", "sensevoice_glm4voice", "cuda:0", "torch.bfloat16")
+        assert init["chat_template"] == "fake qwen2 chat template"  # the repo's evaluation/ on sys.path
         run = calls("run_infer")[0]
         assert (run["mode"], run["do_sample"], run["message"]) == ("luke", False, "")
 
@@ -177,16 +215,20 @@ def test_worker_crash_mid_run_fails_that_item_only_and_restarts(tmp_path, calls)
         assert lm.restarts == 1
     finally:
         lm.close()
-    assert decode_response(out[0])[0].startswith("kimi heard") and decode_response(out[2])[0].startswith("kimi")
+    assert decode_response(out[0])[0].startswith("kimi heard") and decode_response(out[2])[0].startswith(
+        "kimi"
+    )
     payload = decode_payload(out[1])
     assert payload.text is None and payload.audio is None
     assert "cs3_knowledge/crash" in payload.problem and "exited (code 17)" in payload.problem
-    assert "fake: crashing on" in payload.problem   # the worker's last stderr lines
+    assert "fake: crashing on" in payload.problem  # the worker's last stderr lines
     errors = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
     assert [e["Qid"] for e in errors] == ["crash"] and "worker-kimi_audio.log" in errors[0]["error"]
-    rows = {r["Qid"]: r for r in map(json.loads, (tmp_path / "out" / "knowledge.jsonl").read_text().splitlines())}
+    rows = {
+        r["Qid"]: r for r in map(json.loads, (tmp_path / "out" / "knowledge.jsonl").read_text().splitlines())
+    }
     assert rows["q0"]["audio"] and rows["q2"]["audio"] and rows["crash"]["error"]
-    assert len(calls("KimiAudio")) == 2   # the model was loaded again by the fresh worker
+    assert len(calls("KimiAudio")) == 2  # the model was loaded again by the fresh worker
 
 
 def test_worker_hang_is_killed_and_the_item_named(tmp_path, calls):
@@ -198,7 +240,9 @@ def test_worker_hang_is_killed_and_the_item_named(tmp_path, calls):
         lm.close()
     problem = decode_payload(out[1]).problem
     assert "cs3_knowledge/hang" in problem and "gave no answer within 3 s" in problem and "killed" in problem
-    assert decode_response(out[0])[0].startswith("vita heard") and decode_response(out[2])[0].startswith("vita")
+    assert decode_response(out[0])[0].startswith("vita heard") and decode_response(out[2])[0].startswith(
+        "vita"
+    )
     assert lm.restarts == 1
 
 
@@ -212,7 +256,7 @@ def test_after_max_restarts_the_remaining_items_fail_fast(tmp_path, calls):
     assert "exited (code 17)" in decode_payload(out[1]).problem
     late = decode_payload(out[2]).problem
     assert "cs3_knowledge/q2" in late and "not restarting it again (max_restarts=0)" in late
-    assert "exited (code 17)" in late   # the cause is named
+    assert "exited (code 17)" in late  # the cause is named
     assert len(calls("AutoModel.from_pretrained")) == 1
 
 
@@ -228,7 +272,7 @@ def test_resume_skips_answered_items_without_asking_the_worker(tmp_path, calls):
     finally:
         again.close()
     assert [decode_response(o)[0] for o in out] == ["kimi heard 10 frames", "kimi heard 10 frames"]
-    assert len(calls("KimiAudio.generate")) == 2   # q0 once (first run), q1 once (second run)
+    assert len(calls("KimiAudio.generate")) == 2  # q0 once (first run), q1 once (second run)
 
 
 INSTALL_HINTS = {
@@ -268,7 +312,7 @@ def test_bad_python_and_unknown_option(tmp_path):
 
 
 def test_in_process_mode_runs_the_same_worker_code(tmp_path, calls, monkeypatch):
-    monkeypatch.setattr(sys, "path", list(sys.path))   # in_process adds the fakes to this process's path
+    monkeypatch.setattr(sys, "path", list(sys.path))  # in_process adds the fakes to this process's path
     for name in [m for m in sys.modules if m.startswith("kimia_infer") or m == "fake_calls"]:
         monkeypatch.delitem(sys.modules, name)
     lm = make_lm("kimi_audio", tmp_path, in_process=True, audio_temperature=0.5)
@@ -277,15 +321,19 @@ def test_in_process_mode_runs_the_same_worker_code(tmp_path, calls, monkeypatch)
     finally:
         lm.close()
     assert decode_response(out[0])[0] == "kimi heard 10 frames"
-    assert calls("KimiAudio.generate")[0]["audio_temperature"] == 0.5   # a model option, typed as the default
+    assert calls("KimiAudio.generate")[0]["audio_temperature"] == 0.5  # a model option, typed as the default
 
 
 def test_registered_names_resolve():
     from lm_eval.api.registry import get_model
 
-    for name, cls in [("cs3-glm-4-voice", worker_models.GLM4VoiceLM), ("cs3-kimi-audio", worker_models.KimiAudioLM),
-                      ("cs3-minicpm-o", worker_models.MiniCPMOLM), ("cs3-baichuan-omni", worker_models.BaichuanOmniLM),
-                      ("cs3-vita-audio", worker_models.VitaAudioLM)]:
+    for name, cls in [
+        ("cs3-glm-4-voice", worker_models.GLM4VoiceLM),
+        ("cs3-kimi-audio", worker_models.KimiAudioLM),
+        ("cs3-minicpm-o", worker_models.MiniCPMOLM),
+        ("cs3-baichuan-omni", worker_models.BaichuanOmniLM),
+        ("cs3-vita-audio", worker_models.VitaAudioLM),
+    ]:
         assert get_model(name) is cls
 
 
@@ -300,12 +348,25 @@ def test_lm_eval_cli_on_the_demo_set(tmp_path, calls):
     options = fake_options("glm4_voice", tmp_path)
     out_dir = tmp_path / "out"
     model_args = f"repo={options['repo']},pythonpath={options['pythonpath']},output_dir={out_dir}"
-    run = run_lm_eval("--model", "cs3-glm-4-voice", "--model_args", model_args, "--device", "cpu",
-                      "--tasks", "cs3_knowledge", "--limit", "3",
-                      "--metadata", json.dumps({"dataset": "demo", "judge": "none"}))
+    run = run_lm_eval(
+        "--model",
+        "cs3-glm-4-voice",
+        "--model_args",
+        model_args,
+        "--device",
+        "cpu",
+        "--tasks",
+        "cs3_knowledge",
+        "--limit",
+        "3",
+        "--metadata",
+        json.dumps({"dataset": "demo", "judge": "none"}),
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "acc_speech" in run.stdout
     rows = [json.loads(line) for line in (out_dir / "knowledge.jsonl").read_text().splitlines()]
-    assert len(rows) == 3 and all(r["text"].startswith("heard") and (out_dir / r["audio"]).is_file() for r in rows)
+    assert len(rows) == 3 and all(
+        r["text"].startswith("heard") and (out_dir / r["audio"]).is_file() for r in rows
+    )
     load = calls("AutoModel.from_pretrained")[0]
-    assert load["kwargs"]["device_map"] == "{'': 'cpu'}"   # lm-eval's --device reaches the model
+    assert load["kwargs"]["device_map"] == "{'': 'cpu'}"  # lm-eval's --device reaches the model

@@ -82,8 +82,14 @@ def worker_module(module: str):
 class WorkerProcess:
     """One worker process and its JSON-lines channel."""
 
-    def __init__(self, module: str, python: str, log_path: Path, env: Mapping[str, str] | None = None,
-                 hello_timeout: float = 120.0) -> None:
+    def __init__(
+        self,
+        module: str,
+        python: str,
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        hello_timeout: float = 120.0,
+    ) -> None:
         self.module = module
         self.log_path = log_path
         self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
@@ -92,17 +98,26 @@ class WorkerProcess:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", "PYTHONIOENCODING": "utf-8"}
         self.proc = subprocess.Popen(
-            [python, "-u", str(worker_script(module))], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, encoding="utf-8", errors="replace", env=child_env,
-            start_new_session=True)   # its own process group: a hung worker is killed with its children
+            [python, "-u", str(worker_script(module))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            env=child_env,
+            start_new_session=True,
+        )  # its own process group: a hung worker is killed with its children
         self._stderr_reader = threading.Thread(target=self._read_stderr, daemon=True)
         self._stderr_reader.start()
         threading.Thread(target=self._read_stdout, daemon=True).start()
         hello = self._receive(None, hello_timeout, "starting")
         if hello.get("protocol") != workerlib.PROTOCOL_VERSION:
             self.kill()
-            raise WorkerError(f"{module} worker speaks protocol {hello.get('protocol')!r}, this cs3-bench "
-                              f"speaks {workerlib.PROTOCOL_VERSION}: the worker script comes from another version")
+            raise WorkerError(
+                f"{module} worker speaks protocol {hello.get('protocol')!r}, this cs3-bench "
+                f"speaks {workerlib.PROTOCOL_VERSION}: the worker script comes from another version"
+            )
         self.python_version = hello.get("python")
 
     def _read_stdout(self) -> None:
@@ -130,17 +145,21 @@ class WorkerProcess:
                 line = self._lines.get(timeout=timeout)
             except queue.Empty:
                 self.kill()
-                raise WorkerHung(f"the {self.module} worker gave no answer within {timeout:g} s while {what}; "
-                                 f"killed it (log: {self.log_path})") from None
+                raise WorkerHung(
+                    f"the {self.module} worker gave no answer within {timeout:g} s while {what}; "
+                    f"killed it (log: {self.log_path})"
+                ) from None
             if line is _EOF:
                 try:
                     code = self.proc.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     self.kill()
                     code = "unknown"
-                self._stderr_reader.join(timeout=10)   # its last words name the cause
-                raise WorkerCrashed(f"the {self.module} worker exited (code {code}) while {what}; last stderr "
-                                    f"lines:\n{self.stderr_tail()}\n(full log: {self.log_path})")
+                self._stderr_reader.join(timeout=10)  # its last words name the cause
+                raise WorkerCrashed(
+                    f"the {self.module} worker exited (code {code}) while {what}; last stderr "
+                    f"lines:\n{self.stderr_tail()}\n(full log: {self.log_path})"
+                )
             try:
                 message = json.loads(line)
             except json.JSONDecodeError:
@@ -198,8 +217,11 @@ class InProcessWorker:
                 return {"ok": True, "results": workerlib.generate_items(self.backend, list(payload["items"]))}
             return {"ok": True, "result": {}}
         except Exception as error:  # noqa: BLE001 - same shape as the worker's reply
-            return {"ok": False, "kind": "missing" if isinstance(error, workerlib.ModelCodeMissing) else "error",
-                    "error": f"{type(error).__name__}: {error}"}
+            return {
+                "ok": False,
+                "kind": "missing" if isinstance(error, workerlib.ModelCodeMissing) else "error",
+                "error": f"{type(error).__name__}: {error}",
+            }
 
     def close(self) -> None:
         self.backend = None
@@ -238,8 +260,11 @@ class WorkerLM(SpeechLM):
         self.install_help: str = module.INSTALL
         # the model's own options (pretrained, repo, decoding...): every key of the worker's DEFAULTS
         # except device, which is lm-eval's --device handled by the base class
-        self.options = {key: _converted(kwargs.pop(key), self.defaults[key])
-                        for key in list(kwargs) if key in self.defaults and key != "device"}
+        self.options = {
+            key: _converted(kwargs.pop(key), self.defaults[key])
+            for key in list(kwargs)
+            if key in self.defaults and key != "device"
+        }
         super().__init__(**kwargs)
         if self.device_name:
             self.options["device"] = str(self.device_name)
@@ -277,16 +302,20 @@ class WorkerLM(SpeechLM):
         else:
             env = {}
             if self.pythonpath:
-                env["PYTHONPATH"] = os.pathsep.join(filter(None, [self.pythonpath, os.environ.get("PYTHONPATH")]))
-            worker = WorkerProcess(self.worker, self.python, self.log_path, env=env,
-                                   hello_timeout=self.init_timeout)
+                env["PYTHONPATH"] = os.pathsep.join(
+                    filter(None, [self.pythonpath, os.environ.get("PYTHONPATH")])
+                )
+            worker = WorkerProcess(
+                self.worker, self.python, self.log_path, env=env, hello_timeout=self.init_timeout
+            )
         reply = worker.request("init", self.init_timeout, "loading the model", options=self.options)
         if not reply.get("ok"):
             worker.close()
             message = f"{self.model_name}: {reply.get('error')}"
             if reply.get("kind") == "missing":
-                raise ModelCodeMissing(message if self.install_help in message
-                                       else f"{message}\n{self.install_help}")
+                raise ModelCodeMissing(
+                    message if self.install_help in message else f"{message}\n{self.install_help}"
+                )
             raise RuntimeError(f"{message}\n(worker log: {self.log_path})")
         self.info = dict(reply.get("result") or {})
         self._worker = worker
@@ -298,11 +327,17 @@ class WorkerLM(SpeechLM):
         if self._worker is not None and self._worker.alive:
             return self._worker
         if self.restarts >= self.max_restarts:
-            raise WorkerError(f"the {self.worker} worker failed {self.restarts + 1} times; not restarting it "
-                              f"again (max_restarts={self.max_restarts}). Last failure: {self.last_failure}")
+            raise WorkerError(
+                f"the {self.worker} worker failed {self.restarts + 1} times; not restarting it "
+                f"again (max_restarts={self.max_restarts}). Last failure: {self.last_failure}"
+            )
         self.restarts += 1
-        log.warning("%s: restarting the worker (%d of at most %d restarts)", self.model_name, self.restarts,
-                    self.max_restarts)
+        log.warning(
+            "%s: restarting the worker (%d of at most %d restarts)",
+            self.model_name,
+            self.restarts,
+            self.max_restarts,
+        )
         self._start_worker()
         return self._worker
 
@@ -330,13 +365,19 @@ class WorkerLM(SpeechLM):
             except Exception as error:  # noqa: BLE001 - this item only
                 outcomes[key] = error
                 continue
-            items.append({"key": key, "audio": str(query),
-                          "out": str(self.scratch / "out" / f"{n}-{safe_name(key)}.npy")})
+            items.append(
+                {
+                    "key": key,
+                    "audio": str(query),
+                    "out": str(self.scratch / "out" / f"{n}-{safe_name(key)}.npy"),
+                }
+            )
         results = {}
         if items:
             try:
-                reply = worker.request("generate", self.item_timeout * len(items), f"generating {names}",
-                                       items=items)
+                reply = worker.request(
+                    "generate", self.item_timeout * len(items), f"generating {names}", items=items
+                )
             except WorkerError as error:
                 self.last_failure = str(error)
                 raise ItemError(f"{names}: {error}") from error
@@ -366,8 +407,11 @@ class WorkerLM(SpeechLM):
                 return ItemError(f"{key}: cannot read the worker's audio {path}: {error}")
             finally:
                 path.unlink(missing_ok=True)
-        return SpeechReply(text=str(result.get("text") or ""), audio=audio,
-                           sample_rate=int(result.get("sample_rate") or self.info.get("sample_rate") or 16_000))
+        return SpeechReply(
+            text=str(result.get("text") or ""),
+            audio=audio,
+            sample_rate=int(result.get("sample_rate") or self.info.get("sample_rate") or 16_000),
+        )
 
 
 def _cleanup(worker_box: list, scratch: Path) -> None:

@@ -34,9 +34,21 @@ NAME = "baichuan_omni"
 OUTPUT_SAMPLE_RATE = 24_000
 DEMO = "web_demo/s2s_gradio_demo_cosy_multiturn.py"
 DEMO_DEFINITIONS = (
-    "vocoder", "init_model", "model", "tokenizer", "audio_start_token", "audio_end_token",
-    "audiogen_start_token", "audiogen_end_token", "special_token_partten", "wave_concat", "save_local",
-    "generate_text_step", "generate_audio_step", "generate_response", "preprocess_messages",
+    "vocoder",
+    "init_model",
+    "model",
+    "tokenizer",
+    "audio_start_token",
+    "audio_end_token",
+    "audiogen_start_token",
+    "audiogen_end_token",
+    "special_token_partten",
+    "wave_concat",
+    "save_local",
+    "generate_text_step",
+    "generate_audio_step",
+    "generate_response",
+    "preprocess_messages",
 )
 INSTALL = """\
 cs3-baichuan-omni needs the baichuan-inc/Baichuan-Omni-1.5 repository (its web_demo/ speech loop and
@@ -45,15 +57,23 @@ third_party/cosy24k_vocoder) and its environment in the worker's Python:
   conda env create -f Baichuan-Omni-1.5/environment.yml   (or pip install -r baichuan_omni_requirements.txt)
 then pass python=<that env>/bin/python,repo=Baichuan-Omni-1.5,pretrained=<baichuan-inc/Baichuan-Omni-1d5 dir>."""
 
-DEFAULTS = {"pretrained": None, "repo": None, "vocoder": None, "system_prompt": None, "device": "cuda",
-            "seed": 0}
+DEFAULTS = {
+    "pretrained": None,
+    "repo": None,
+    "vocoder": None,
+    "system_prompt": None,
+    "device": "cuda",
+    "seed": 0,
+}
 
 
 class Backend:
     def __init__(self, options: dict) -> None:
         self.options = opts = {**DEFAULTS, **options}
         if not opts["repo"] or not Path(opts["repo"]).is_dir():
-            raise workerlib.ModelCodeMissing(f"repo={opts['repo']!r} is not a Baichuan-Omni-1.5 checkout.\n{INSTALL}")
+            raise workerlib.ModelCodeMissing(
+                f"repo={opts['repo']!r} is not a Baichuan-Omni-1.5 checkout.\n{INSTALL}"
+            )
         if not opts["pretrained"]:
             raise ValueError("cs3-baichuan-omni needs pretrained=<Baichuan-Omni-1.5 checkpoint dir>")
         repo = Path(opts["repo"]).resolve()
@@ -61,7 +81,8 @@ class Backend:
         vocoder = Path(opts["vocoder"] or repo / "third_party" / "cosy24k_vocoder").resolve()
         workerlib.add_paths([repo / "web_demo", vocoder])
         self.system_prompt = opts["system_prompt"] or workerlib.keyword_string(
-            demo, "value", where={"label": "System Prompt"})
+            demo, "value", where={"label": "System Prompt"}
+        )
         self.scratch = tempfile.mkdtemp(prefix="cs3-baichuan-")
 
         def official():
@@ -70,14 +91,22 @@ class Backend:
             device = str(opts["device"])
             if device.startswith("cuda:") and torch.cuda.is_available():
                 torch.cuda.set_device(int(device.split(":", 1)[1]))
-            overrides = {"MODEL_PATH": str(opts["pretrained"]), "COSY_VOCODER": str(vocoder),
-                         "g_cache_dir": self.scratch, "g_turn_i": 0}
-            return workerlib.run_definitions(demo, DEMO_DEFINITIONS, {}, overrides=overrides,
-                                             skip_modules=("gradio",))
+            overrides = {
+                "MODEL_PATH": str(opts["pretrained"]),
+                "COSY_VOCODER": str(vocoder),
+                "g_cache_dir": self.scratch,
+                "g_turn_i": 0,
+            }
+            return workerlib.run_definitions(
+                demo, DEMO_DEFINITIONS, {}, overrides=overrides, skip_modules=("gradio",)
+            )
 
         self.demo = workerlib.import_official("Baichuan-Omni-1.5's web demo code", INSTALL, official)
-        self.info = {"sample_rate": int(self.demo.get("sampling_rate", OUTPUT_SAMPLE_RATE)), "max_batch": 1,
-                     "system_prompt": self.system_prompt}
+        self.info = {
+            "sample_rate": int(self.demo.get("sampling_rate", OUTPUT_SAMPLE_RATE)),
+            "max_batch": 1,
+            "system_prompt": self.system_prompt,
+        }
 
     def generate_one(self, item: dict) -> dict:
         import numpy as np
@@ -85,11 +114,15 @@ class Backend:
         demo = self.demo
         cache = Path(self.scratch) / workerlib.safe_key(item["key"])
         cache.mkdir(parents=True, exist_ok=True)
-        demo["g_cache_dir"] = str(cache)   # save_local's segment files, one folder per item
+        demo["g_cache_dir"] = str(cache)  # save_local's segment files, one folder per item
         history = [
             {"role": "system", "content": self.system_prompt},
-            {"role": "user", "content": demo["audio_start_token"]
-             + demo["ujson"].dumps({"path": item["audio"]}, ensure_ascii=False) + demo["audio_end_token"]},
+            {
+                "role": "user",
+                "content": demo["audio_start_token"]
+                + demo["ujson"].dumps({"path": item["audio"]}, ensure_ascii=False)
+                + demo["audio_end_token"],
+            },
         ]
         message = demo["preprocess_messages"](history, True)
         workerlib.seed_everything(workerlib.item_seed(self.options["seed"], item["key"]))
@@ -97,7 +130,7 @@ class Backend:
         for _show_text, full_text, wave in demo["generate_response"](message, audiogen_flag=True):
             if wave is None:
                 continue
-            if not primer_skipped:   # the demo's first yield: 2 s of zeros that open the audio player
+            if not primer_skipped:  # the demo's first yield: 2 s of zeros that open the audio player
                 primer_skipped = True
                 continue
             chunks.append(np.asarray(wave[1], dtype=np.float32) / 32768.0)

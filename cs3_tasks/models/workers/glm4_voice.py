@@ -35,10 +35,10 @@ tokenizer=THUDM/glm-4-voice-tokenizer, pretrained=THUDM/glm-4-voice-9b or local 
 DEFAULTS = {
     "pretrained": "THUDM/glm-4-voice-9b",
     "tokenizer": "THUDM/glm-4-voice-tokenizer",
-    "decoder": None,          # default: <repo>/glm-4-voice-decoder (the demo's --flow-path)
+    "decoder": None,  # default: <repo>/glm-4-voice-decoder (the demo's --flow-path)
     "repo": None,
     "device": "cuda",
-    "dtype": "bfloat16",      # or int4 (model_server.py's BitsAndBytes setting)
+    "dtype": "bfloat16",  # or int4 (model_server.py's BitsAndBytes setting)
     "system_prompt": None,
     "do_sample": True,
     "temperature": 0.2,
@@ -65,38 +65,64 @@ class Backend:
             from speech_tokenizer.utils import extract_speech_token
             from transformers import AutoModel, AutoTokenizer, WhisperFeatureExtractor
 
-            return torch, AudioDecoder, WhisperVQEncoder, extract_speech_token, AutoModel, AutoTokenizer, \
-                WhisperFeatureExtractor
+            return (
+                torch,
+                AudioDecoder,
+                WhisperVQEncoder,
+                extract_speech_token,
+                AutoModel,
+                AutoTokenizer,
+                WhisperFeatureExtractor,
+            )
 
-        (torch, AudioDecoder, WhisperVQEncoder, self.extract_speech_token, AutoModel, AutoTokenizer,
-         WhisperFeatureExtractor) = workerlib.import_official("GLM-4-Voice", INSTALL, official)
+        (
+            torch,
+            AudioDecoder,
+            WhisperVQEncoder,
+            self.extract_speech_token,
+            AutoModel,
+            AutoTokenizer,
+            WhisperFeatureExtractor,
+        ) = workerlib.import_official("GLM-4-Voice", INSTALL, official)
         self.torch = torch
         opts = self.options
         self.device = str(opts["device"])
         self.system_prompt = opts["system_prompt"] or workerlib.string_assigned(
             workerlib.require_file(repo / "web_demo.py", "GLM-4-Voice web demo", INSTALL),
-            "system_prompt", containing="speech instruction")
+            "system_prompt",
+            containing="speech instruction",
+        )
         decoder = Path(opts["decoder"] or repo / "glm-4-voice-decoder")
         load = {"trust_remote_code": True, "device_map": {"": self.device}}
         if opts["dtype"] == "int4":
             from transformers import BitsAndBytesConfig
 
             load["quantization_config"] = BitsAndBytesConfig(
-                load_in_4bit=True, bnb_4bit_use_double_quant=True, bnb_4bit_quant_type="nf4",
-                bnb_4bit_compute_dtype=torch.bfloat16)
+                load_in_4bit=True,
+                bnb_4bit_use_double_quant=True,
+                bnb_4bit_quant_type="nf4",
+                bnb_4bit_compute_dtype=torch.bfloat16,
+            )
         else:
             load["torch_dtype"] = getattr(torch, str(opts["dtype"]))
         self.model = AutoModel.from_pretrained(opts["pretrained"], **load).eval()
         self.tokenizer = AutoTokenizer.from_pretrained(opts["pretrained"], trust_remote_code=True)
-        self.audio_decoder = AudioDecoder(config_path=str(decoder / "config.yaml"),
-                                          flow_ckpt_path=str(decoder / "flow.pt"),
-                                          hift_ckpt_path=str(decoder / "hift.pt"), device=self.device)
+        self.audio_decoder = AudioDecoder(
+            config_path=str(decoder / "config.yaml"),
+            flow_ckpt_path=str(decoder / "flow.pt"),
+            hift_ckpt_path=str(decoder / "hift.pt"),
+            device=self.device,
+        )
         self.whisper_model = WhisperVQEncoder.from_pretrained(opts["tokenizer"]).eval().to(self.device)
         self.feature_extractor = WhisperFeatureExtractor.from_pretrained(opts["tokenizer"])
         self.audio_offset = self.tokenizer.convert_tokens_to_ids("<|audio_0|>")
         self.end_token_id = self.tokenizer.convert_tokens_to_ids("<|user|>")
-        self.info = {"sample_rate": OUTPUT_SAMPLE_RATE, "max_batch": 1, "system_prompt": self.system_prompt,
-                     "decoding": {k: opts[k] for k in ("do_sample", "temperature", "top_p", "max_new_tokens")}}
+        self.info = {
+            "sample_rate": OUTPUT_SAMPLE_RATE,
+            "max_batch": 1,
+            "system_prompt": self.system_prompt,
+            "decoding": {k: opts[k] for k in ("do_sample", "temperature", "top_p", "max_new_tokens")},
+        }
 
     def prompt(self, speech_tokens: list[int]) -> str:
         audio = "<|begin_of_audio|>" + "".join(f"<|audio_{x}|>" for x in speech_tokens) + "<|end_of_audio|>"
@@ -104,19 +130,20 @@ class Backend:
 
     def generate_one(self, item: dict) -> dict:
         torch, opts = self.torch, self.options
-        speech_tokens = self.extract_speech_token(self.whisper_model, self.feature_extractor, [item["audio"]])[0]
+        speech_tokens = self.extract_speech_token(
+            self.whisper_model, self.feature_extractor, [item["audio"]]
+        )[0]
         if len(speech_tokens) == 0:
             raise ValueError("no speech tokens extracted from the query audio")
         inputs = self.tokenizer([self.prompt(speech_tokens)], return_tensors="pt").to(self.device)
         workerlib.seed_everything(workerlib.item_seed(opts["seed"], item["key"]))
-        kwargs = {"max_new_tokens": int(item.get("max_new_tokens") or opts["max_new_tokens"]),
-                  "do_sample": bool(opts["do_sample"])}
+        kwargs = {"max_new_tokens": int(opts["max_new_tokens"]), "do_sample": bool(opts["do_sample"])}
         if opts["do_sample"]:
             kwargs.update(temperature=float(opts["temperature"]), top_p=float(opts["top_p"]))
         with torch.inference_mode():
             sequences = self.model.generate(**inputs, **kwargs)
         text_tokens, audio_tokens = [], []
-        for token_id in sequences[0, inputs["input_ids"].shape[1]:].tolist():
+        for token_id in sequences[0, inputs["input_ids"].shape[1] :].tolist():
             if token_id == self.end_token_id:
                 break
             if token_id >= self.audio_offset:

@@ -41,8 +41,13 @@ SAMPLING = {
     "text_repetition_penalty": 1.0,
     "text_repetition_window_size": 16,
 }
-DEFAULTS = {"pretrained": "moonshotai/Kimi-Audio-7B-Instruct", "repo": None, "device": "cuda", "seed": 0,
-            **SAMPLING}
+DEFAULTS = {
+    "pretrained": "moonshotai/Kimi-Audio-7B-Instruct",
+    "repo": None,
+    "device": "cuda",
+    "seed": 0,
+    **SAMPLING,
+}
 
 
 class Backend:

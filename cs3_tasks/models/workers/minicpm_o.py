@@ -64,25 +64,39 @@ class Backend:
             return librosa, torch, AutoModel, AutoTokenizer
 
         self.librosa, torch, AutoModel, AutoTokenizer = workerlib.import_official(
-            "MiniCPM-o 2.6's dependencies", INSTALL, official)
+            "MiniCPM-o 2.6's dependencies", INSTALL, official
+        )
         self.torch = torch
         ref_audio = opts["ref_audio"] or (Path(opts["repo"]) / REFERENCE_VOICE if opts["repo"] else None)
         if ref_audio is None:
-            raise ValueError("cs3-minicpm-o: the reference voice of the system prompt is needed: pass "
-                             f"repo=<OpenBMB/MiniCPM-o checkout> (uses {REFERENCE_VOICE}) or ref_audio=FILE")
+            raise ValueError(
+                "cs3-minicpm-o: the reference voice of the system prompt is needed: pass "
+                f"repo=<OpenBMB/MiniCPM-o checkout> (uses {REFERENCE_VOICE}) or ref_audio=FILE"
+            )
         ref_audio = workerlib.require_file(ref_audio, "MiniCPM-o reference voice", INSTALL)
         self.model = AutoModel.from_pretrained(
-            str(opts["pretrained"]), trust_remote_code=True, attn_implementation=str(opts["attn_implementation"]),
-            torch_dtype=getattr(torch, str(opts["dtype"])), init_vision=True, init_audio=True, init_tts=True)
+            str(opts["pretrained"]),
+            trust_remote_code=True,
+            attn_implementation=str(opts["attn_implementation"]),
+            torch_dtype=getattr(torch, str(opts["dtype"])),
+            init_vision=True,
+            init_audio=True,
+            init_tts=True,
+        )
         self.model = self.model.eval().to(str(opts["device"]))
         self.tokenizer = AutoTokenizer.from_pretrained(str(opts["pretrained"]), trust_remote_code=True)
         self.model.init_tts()
         self.model.tts.float()
         voice, _ = self.librosa.load(str(ref_audio), sr=16000, mono=True)
-        self.sys_msg = self.model.get_sys_prompt(ref_audio=voice, mode=str(opts["mode"]),
-                                                 language=str(opts["language"]))
-        self.info = {"sample_rate": OUTPUT_SAMPLE_RATE, "max_batch": 1, "ref_audio": str(ref_audio),
-                     "decoding": {k: opts[k] for k in ("sampling", "temperature", "max_new_tokens")}}
+        self.sys_msg = self.model.get_sys_prompt(
+            ref_audio=voice, mode=str(opts["mode"]), language=str(opts["language"])
+        )
+        self.info = {
+            "sample_rate": OUTPUT_SAMPLE_RATE,
+            "max_batch": 1,
+            "ref_audio": str(ref_audio),
+            "decoding": {k: opts[k] for k in ("sampling", "temperature", "max_new_tokens")},
+        }
 
     def generate_one(self, item: dict) -> dict:
         opts = self.options
@@ -93,7 +107,7 @@ class Backend:
             msgs=[self.sys_msg, {"role": "user", "content": [audio_input]}],
             tokenizer=self.tokenizer,
             sampling=bool(opts["sampling"]),
-            max_new_tokens=int(item.get("max_new_tokens") or opts["max_new_tokens"]),
+            max_new_tokens=int(opts["max_new_tokens"]),
             use_tts_template=True,
             generate_audio=True,
             temperature=float(opts["temperature"]),

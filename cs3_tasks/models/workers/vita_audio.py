@@ -57,7 +57,9 @@ class Backend:
     def __init__(self, options: dict) -> None:
         self.options = opts = {**DEFAULTS, **options}
         if not opts["repo"] or not Path(opts["repo"]).is_dir():
-            raise workerlib.ModelCodeMissing(f"repo={opts['repo']!r} is not a VITA-Audio checkout.\n{INSTALL}")
+            raise workerlib.ModelCodeMissing(
+                f"repo={opts['repo']!r} is not a VITA-Audio checkout.\n{INSTALL}"
+            )
         repo = Path(opts["repo"]).resolve()
         script = workerlib.require_file(repo / SCRIPT, "VITA-Audio inference script", INSTALL)
         glm = repo / "third_party" / "GLM-4-Voice"
@@ -75,11 +77,17 @@ class Backend:
 
         namespace = workerlib.import_official("VITA-Audio's S2SInference", INSTALL, official)
         self.s2s = namespace["S2SInference"](
-            str(opts["pretrained"]), str(opts["audio_tokenizer"]), str(opts["audio_tokenizer_type"]),
-            flow_path=str(opts["flow_path"]))
+            str(opts["pretrained"]),
+            str(opts["audio_tokenizer"]),
+            str(opts["audio_tokenizer_type"]),
+            flow_path=str(opts["flow_path"]),
+        )
         self.audio_offset = self.s2s.tokenizer.convert_tokens_to_ids("<|audio_0|>")
-        self.info = {"sample_rate": OUTPUT_SAMPLE_RATE, "max_batch": 1,
-                     "decoding": {"do_sample": bool(opts["do_sample"]), "mode": opts["mode"]}}
+        self.info = {
+            "sample_rate": OUTPUT_SAMPLE_RATE,
+            "max_batch": 1,
+            "decoding": {"do_sample": bool(opts["do_sample"]), "mode": opts["mode"]},
+        }
 
     def reply_text(self, output: str) -> str:
         reply = output.rsplit(ASSISTANT_TURN, 1)[-1]
@@ -89,8 +97,9 @@ class Backend:
 
     def generate_one(self, item: dict) -> dict:
         workerlib.seed_everything(workerlib.item_seed(self.options["seed"], item["key"]))
-        output, tts_speech = self.s2s.run_infer(audio_path=item["audio"], mode=self.options["mode"],
-                                                do_sample=bool(self.options["do_sample"]))
+        output, tts_speech = self.s2s.run_infer(
+            audio_path=item["audio"], mode=self.options["mode"], do_sample=bool(self.options["do_sample"])
+        )
         audio = None if tts_speech is None else workerlib.save_samples(item["out"], tts_speech)
         return {"text": self.reply_text(output), "audio": audio, "sample_rate": OUTPUT_SAMPLE_RATE}
 

@@ -54,8 +54,9 @@ def import_official(what: str, install_help: str, importer: Callable[[], Any]) -
     try:
         return importer()
     except ImportError as error:
-        raise ModelCodeMissing(f"{what} is not importable here ({type(error).__name__}: {error}).\n"
-                               f"{install_help}") from error
+        raise ModelCodeMissing(
+            f"{what} is not importable here ({type(error).__name__}: {error}).\n{install_help}"
+        ) from error
 
 
 def require_file(path: str | os.PathLike, what: str, install_help: str) -> Path:
@@ -78,8 +79,13 @@ def _assigned_names(node: ast.AST) -> set[str]:
     return names
 
 
-def run_definitions(path: str | os.PathLike, names: Iterable[str], namespace: dict,
-                    overrides: Mapping[str, Any] | None = None, skip_modules: Iterable[str] = ()) -> dict:
+def run_definitions(
+    path: str | os.PathLike,
+    names: Iterable[str],
+    namespace: dict,
+    overrides: Mapping[str, Any] | None = None,
+    skip_modules: Iterable[str] = (),
+) -> dict:
     """Execute the top-level imports of the script at ``path``, then ``overrides``, then (in source order)
     only its top-level functions, classes and assignments named in ``names``; returns ``namespace``.
 
@@ -91,7 +97,9 @@ def run_definitions(path: str | os.PathLike, names: Iterable[str], namespace: di
     imports, definitions, found = [], [], set()
     for node in tree.body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            modules = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            modules = (
+                [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            )
             if not any(module.split(".")[0] in skip for module in modules):
                 imports.append(node)
         elif isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in wanted:
@@ -102,8 +110,10 @@ def run_definitions(path: str | os.PathLike, names: Iterable[str], namespace: di
             found |= _assigned_names(node) & wanted
     missing = wanted - found
     if missing:
-        raise ModelCodeMissing(f"{path} does not define {sorted(missing)} at its top level: "
-                               "a different version of the official code?")
+        raise ModelCodeMissing(
+            f"{path} does not define {sorted(missing)} at its top level: "
+            "a different version of the official code?"
+        )
     namespace.setdefault("__name__", f"cs3_official_{path.stem}")
     namespace.setdefault("__file__", str(path))
     exec(compile(ast.Module(body=imports, type_ignores=[]), str(path), "exec"), namespace)  # noqa: S102
@@ -116,13 +126,20 @@ def string_assigned(path: str | os.PathLike, name: str, containing: str = "") ->
     """The first string literal (in source order, at any depth) assigned to ``name`` in the script at
     ``path`` that contains ``containing``: how a prompt is read from the authors' script at run time."""
     tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=str(path))
-    hits = [node for node in ast.walk(tree)
-            if isinstance(node, ast.Assign) and name in _assigned_names(node)
-            and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
-            and containing in node.value.value]
+    hits = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        and name in _assigned_names(node)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+        and containing in node.value.value
+    ]
     if not hits:
-        raise ModelCodeMissing(f"{path} assigns no string containing {containing!r} to {name}: "
-                               "a different version of the official code? Pass system_prompt=...")
+        raise ModelCodeMissing(
+            f"{path} assigns no string containing {containing!r} to {name}: "
+            "a different version of the official code? Pass system_prompt=..."
+        )
     return min(hits, key=lambda node: (node.lineno, node.col_offset)).value.value
 
 
@@ -131,12 +148,17 @@ def keyword_string(path: str | os.PathLike, keyword: str, where: Mapping[str, st
     (e.g. a UI text box's default value, by its label)."""
     tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=str(path))
     for node in sorted((n for n in ast.walk(tree) if isinstance(n, ast.Call)), key=lambda n: n.lineno):
-        values = {k.arg: k.value.value for k in node.keywords
-                  if k.arg and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str)}
+        values = {
+            k.arg: k.value.value
+            for k in node.keywords
+            if k.arg and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str)
+        }
         if keyword in values and all(values.get(k) == v for k, v in where.items()):
             return values[keyword]
-    raise ModelCodeMissing(f"{path} has no call with {dict(where)} and a string {keyword}=: "
-                           "a different version of the official code? Pass system_prompt=...")
+    raise ModelCodeMissing(
+        f"{path} has no call with {dict(where)} and a string {keyword}=: "
+        "a different version of the official code? Pass system_prompt=..."
+    )
 
 
 # -- results ----------------------------------------------------------------------------------------------
@@ -193,9 +215,13 @@ def item_seed(base: int, key: str) -> int:
 
 
 def _error_reply(request_id: Any, error: BaseException) -> dict:
-    return {"id": request_id, "ok": False, "kind": "missing" if isinstance(error, ModelCodeMissing) else "error",
-            "error": f"{type(error).__name__}: {error}",
-            "traceback": "".join(traceback.format_exception(error))[-6000:]}
+    return {
+        "id": request_id,
+        "ok": False,
+        "kind": "missing" if isinstance(error, ModelCodeMissing) else "error",
+        "error": f"{type(error).__name__}: {error}",
+        "traceback": "".join(traceback.format_exception(error))[-6000:],
+    }
 
 
 def generate_items(backend: Any, items: list[dict]) -> list[dict]:
@@ -207,8 +233,12 @@ def generate_items(backend: Any, items: list[dict]) -> list[dict]:
             result = dict(backend.generate_one(item))
             result.update(key=item["key"], ok=True)
         except Exception as error:  # noqa: BLE001 - reported for this item only
-            result = {"key": item["key"], "ok": False, "error": f"{type(error).__name__}: {error}",
-                      "traceback": "".join(traceback.format_exception(error))[-4000:]}
+            result = {
+                "key": item["key"],
+                "ok": False,
+                "error": f"{type(error).__name__}: {error}",
+                "traceback": "".join(traceback.format_exception(error))[-4000:],
+            }
         results.append(result)
     return results
 
@@ -216,15 +246,22 @@ def generate_items(backend: Any, items: list[dict]) -> list[dict]:
 def serve(worker_name: str, backend_factory: Callable[[dict], Any]) -> None:
     """Answer requests on stdin until ``shutdown`` or end of input."""
     protocol_out = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8", buffering=1)
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())   # the model code's prints (and C-level) go to stderr
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # the model code's prints (and C-level) go to stderr
     sys.stdout = sys.stderr
 
     def send(message: dict) -> None:
         protocol_out.write(json.dumps(message, ensure_ascii=False) + "\n")
         protocol_out.flush()
 
-    send({"event": "hello", "protocol": PROTOCOL_VERSION, "worker": worker_name,
-          "python": sys.version.split()[0], "pid": os.getpid()})
+    send(
+        {
+            "event": "hello",
+            "protocol": PROTOCOL_VERSION,
+            "worker": worker_name,
+            "python": sys.version.split()[0],
+            "pid": os.getpid(),
+        }
+    )
     backend = None
     for line in sys.stdin:
         if not line.strip():
@@ -242,7 +279,9 @@ def serve(worker_name: str, backend_factory: Callable[[dict], Any]) -> None:
             elif op == "generate":
                 if backend is None:
                     raise RuntimeError("generate before init")
-                send({"id": request_id, "ok": True, "results": generate_items(backend, list(request["items"]))})
+                send(
+                    {"id": request_id, "ok": True, "results": generate_items(backend, list(request["items"]))}
+                )
             else:
                 raise ValueError(f"unknown op {op!r}")
         except Exception as error:  # noqa: BLE001 - reported to the client, the worker stays up

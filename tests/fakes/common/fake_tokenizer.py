@@ -5,8 +5,16 @@ import re
 import torch
 
 AUDIO_OFFSET = 2000
-SPECIAL = ["<|system|>", "<|user|>", "<|assistant|>", "<|begin_of_audio|>", "<|end_of_audio|>",
-           "<|im_start|>", "<|im_end|>", "<|endoftext|>"]
+SPECIAL = [
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|begin_of_audio|>",
+    "<|end_of_audio|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|endoftext|>",
+]
 TOKEN = re.compile(r"<\|audio_(\d+)\|>|<\|[a-z_]+\|>|.", re.DOTALL)
 
 

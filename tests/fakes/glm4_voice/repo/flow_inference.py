@@ -6,13 +6,25 @@ from fake_calls import record
 
 class AudioDecoder:
     def __init__(self, config_path, flow_ckpt_path, hift_ckpt_path, device="cuda"):
-        record("AudioDecoder", config_path=config_path, flow_ckpt_path=flow_ckpt_path,
-               hift_ckpt_path=hift_ckpt_path, device=device)
+        record(
+            "AudioDecoder",
+            config_path=config_path,
+            flow_ckpt_path=flow_ckpt_path,
+            hift_ckpt_path=hift_ckpt_path,
+            device=device,
+        )
         self.device = device
 
-    def token2wav(self, token, uuid, prompt_token=torch.zeros(1, 0, dtype=torch.int32),  # noqa: B008 - official signature
-                  prompt_feat=torch.zeros(1, 0, 80), embedding=torch.zeros(1, 192), finalize=False):  # noqa: B008
-        n = token.shape[1] * 882   # 25 tokens/s at 22050 Hz
+    def token2wav(
+        self,
+        token,
+        uuid,
+        prompt_token=torch.zeros(1, 0, dtype=torch.int32),  # noqa: B008 - official signature
+        prompt_feat=torch.zeros(1, 0, 80),
+        embedding=torch.zeros(1, 192),
+        finalize=False,
+    ):  # noqa: B008
+        n = token.shape[1] * 882  # 25 tokens/s at 22050 Hz
         tts_speech = 0.1 * torch.sin(torch.arange(n, dtype=torch.float32) / 10).unsqueeze(0)
         return tts_speech, torch.zeros(1, 80, token.shape[1] * 2)
 

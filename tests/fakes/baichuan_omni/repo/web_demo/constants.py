@@ -4,9 +4,9 @@ g_cache_dir = "../cache"
 sampling_rate = 24000
 wave_concat_overlap = int(sampling_rate * 0.01)
 role_prefix = {
-    'system': '<B_SYS>',
-    'user': '<C_Q>',
-    'assistant': '<C_A>',
-    'audiogen': '<audiotext_start_baichuan>'
+    "system": "<B_SYS>",
+    "user": "<C_Q>",
+    "assistant": "<C_A>",
+    "audiogen": "<audiotext_start_baichuan>",
 }
 max_frames = 8

@@ -9,8 +9,12 @@ import soundfile as sf
 import torch
 from fake_calls import misbehave, record
 
-TOKENS = {101: "<audio_start_baichuan>", 102: "<audio_end_baichuan>", 103: "<audiogen_start_baichuan>",
-          104: "<audiogen_end_baichuan>"}
+TOKENS = {
+    101: "<audio_start_baichuan>",
+    102: "<audio_end_baichuan>",
+    103: "<audiogen_start_baichuan>",
+    104: "<audiogen_end_baichuan>",
+}
 
 
 class FakeTokenizer:
@@ -25,9 +29,14 @@ class FakeTokenizer:
 
 class FakeBaichuanOmni:
     def __init__(self):
-        self.config = SimpleNamespace(audio_config=SimpleNamespace(
-            audio_start_token_id=101, audio_end_token_id=102, audiogen_start_token_id=103,
-            audiogen_end_token_id=104))
+        self.config = SimpleNamespace(
+            audio_config=SimpleNamespace(
+                audio_start_token_id=101,
+                audio_end_token_id=102,
+                audiogen_start_token_id=103,
+                audiogen_end_token_id=104,
+            )
+        )
         self.training = True
 
     def cuda(self):
@@ -46,15 +55,24 @@ class FakeProcessor:
         path = json.loads(match.group(1))["path"]
         misbehave(path)
         ids = torch.tensor([[ord(c) for c in texts[0]]])
-        return SimpleNamespace(input_ids=ids, attention_mask=torch.ones_like(ids), audios=None,
-                               encoder_length=None, bridge_length=None, n_samples=sf.info(path).frames)
+        return SimpleNamespace(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            audios=None,
+            encoder_length=None,
+            bridge_length=None,
+            n_samples=sf.info(path).frames,
+        )
 
 
 class AutoModelForCausalLM:
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        record("AutoModelForCausalLM.from_pretrained", path=pretrained_model_name_or_path,
-               kwargs={k: repr(v) for k, v in kwargs.items()})
+        record(
+            "AutoModelForCausalLM.from_pretrained",
+            path=pretrained_model_name_or_path,
+            kwargs={k: repr(v) for k, v in kwargs.items()},
+        )
         return FakeBaichuanOmni()
 
 

@@ -30,7 +30,7 @@ class FakeGLM4Voice:
         text = self.tokenizer.encode(f"heard {n_audio} speech tokens")
         reply = []
         for start in range(0, len(text), 13):
-            reply += text[start:start + 13] + [AUDIO_OFFSET + i for i in range(26)]
+            reply += text[start : start + 13] + [AUDIO_OFFSET + i for i in range(26)]
         reply += [self.tokenizer.convert_tokens_to_ids("<|user|>")] + self.tokenizer.encode("IGNORED")
         reply = reply[: int(kwargs.get("max_new_tokens", 2000))]
         return torch.cat([input_ids, torch.tensor([reply], dtype=torch.long)], dim=1)
@@ -39,8 +39,11 @@ class FakeGLM4Voice:
 class AutoModel:
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        record("AutoModel.from_pretrained", path=pretrained_model_name_or_path,
-               kwargs={k: repr(v) for k, v in kwargs.items()})
+        record(
+            "AutoModel.from_pretrained",
+            path=pretrained_model_name_or_path,
+            kwargs={k: repr(v) for k, v in kwargs.items()},
+        )
         return FakeGLM4Voice()
 
 

@@ -1,5 +1,6 @@
 """Fake of VITA-MLLM/VITA-Audio tools/inference_sts.py: the S2SInference class with the official
 signatures; like the official script, the module level runs examples (here: raises) when executed."""
+
 import os
 import sys
 
@@ -26,17 +27,24 @@ output_dir = "/data/output/LM/inference/"
 
 
 class S2SInference:
-    def __init__(
-        self, model_name_or_path, audio_tokenizer_path, audio_tokenizer_type, flow_path=None
-    ):
+    def __init__(self, model_name_or_path, audio_tokenizer_path, audio_tokenizer_type, flow_path=None):
         from evaluation.get_chat_template import qwen2_chat_template as chat_template
 
-        record("S2SInference", model_name_or_path=model_name_or_path, audio_tokenizer_path=audio_tokenizer_path,
-               audio_tokenizer_type=audio_tokenizer_type, flow_path=flow_path, device_map=device_map,
-               torch_dtype=str(torch_dtype), audio_tokenizer_rank=audio_tokenizer_rank, chat_template=chat_template)
+        record(
+            "S2SInference",
+            model_name_or_path=model_name_or_path,
+            audio_tokenizer_path=audio_tokenizer_path,
+            audio_tokenizer_type=audio_tokenizer_type,
+            flow_path=flow_path,
+            device_map=device_map,
+            torch_dtype=str(torch_dtype),
+            audio_tokenizer_rank=audio_tokenizer_rank,
+            chat_template=chat_template,
+        )
         self.tokenizer = FakeTokenizer()
-        self.audio_tokenizer = get_audio_tokenizer(audio_tokenizer_path, audio_tokenizer_type,
-                                                   flow_path=flow_path, rank=audio_tokenizer_rank)
+        self.audio_tokenizer = get_audio_tokenizer(
+            audio_tokenizer_path, audio_tokenizer_type, flow_path=flow_path, rank=audio_tokenizer_rank
+        )
         self.luke_system_message = [
             {"role": "system", "content": "FAKE Luke: Respond in a text-audio interleaved manner."},
         ]

@@ -17,6 +17,11 @@ class FakeSenseVoiceGLM4VoiceTokenizer:
 
 
 def get_audio_tokenizer(model_name_or_path, model_type, flow_path=None, rank=0):
-    record("get_audio_tokenizer", model_name_or_path=model_name_or_path, model_type=model_type,
-           flow_path=flow_path, rank=rank)
+    record(
+        "get_audio_tokenizer",
+        model_name_or_path=model_name_or_path,
+        model_type=model_type,
+        flow_path=flow_path,
+        rank=rank,
+    )
     return FakeSenseVoiceGLM4VoiceTokenizer()

@@ -9,7 +9,7 @@ class Cosy24kVocoder(nn.Module):
         super().__init__()
 
     def decode(self, mel, device="cuda"):
-        return 0.1 * torch.ones(1, mel.shape[-1] * 480)   # hop 480 at 24 kHz
+        return 0.1 * torch.ones(1, mel.shape[-1] * 480)  # hop 480 at 24 kHz
 
     @classmethod
     def from_pretrained(cls, model_path: str):

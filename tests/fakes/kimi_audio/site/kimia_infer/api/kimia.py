@@ -29,12 +29,20 @@ class KimiAudio(object):
         max_new_tokens=-1,
     ):
         assert output_type in ["text", "both"]
-        record("KimiAudio.generate", chats=chats, output_type=output_type, audio_temperature=audio_temperature,
-               audio_top_k=audio_top_k, text_temperature=text_temperature, text_top_k=text_top_k,
-               audio_repetition_penalty=audio_repetition_penalty,
-               audio_repetition_window_size=audio_repetition_window_size,
-               text_repetition_penalty=text_repetition_penalty,
-               text_repetition_window_size=text_repetition_window_size, max_new_tokens=max_new_tokens)
+        record(
+            "KimiAudio.generate",
+            chats=chats,
+            output_type=output_type,
+            audio_temperature=audio_temperature,
+            audio_top_k=audio_top_k,
+            text_temperature=text_temperature,
+            text_top_k=text_top_k,
+            audio_repetition_penalty=audio_repetition_penalty,
+            audio_repetition_window_size=audio_repetition_window_size,
+            text_repetition_penalty=text_repetition_penalty,
+            text_repetition_window_size=text_repetition_window_size,
+            max_new_tokens=max_new_tokens,
+        )
         audio = [c["content"] for c in chats if c["message_type"] == "audio"][-1]
         misbehave(audio)
         n = len(duration_tokens(audio, per_second=12.5))
