@@ -5,6 +5,8 @@ naming what to install, in-process mode, and a real ``python -m lm_eval`` run on
 
 from __future__ import annotations
 
+import ast
+import glob
 import io
 import json
 import os
@@ -19,7 +21,7 @@ from lm_eval.api.instance import Instance
 from lm_eval_runner import run_lm_eval
 
 from cs3_tasks.models import worker_models
-from cs3_tasks.models.worker import ModelCodeMissing
+from cs3_tasks.models.worker import ModelCodeMissing, WorkerError
 from cs3_tasks.speech import decode_payload, decode_response
 
 FAKES = Path(__file__).parent / "fakes"
@@ -302,6 +304,64 @@ def test_missing_model_code_says_what_to_install(model, tmp_path):
     message = str(info.value)
     assert message.startswith(WRAPPERS[model].model_name) and INSTALL_HINTS[model] in message
     assert "python=" in message
+
+
+def other_python() -> str | None:
+    """An interpreter other than this venv's (without our packages), preferably an older Python."""
+    candidates = [os.environ.get("CS3_TEST_OTHER_PYTHON", "")]
+    candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.[89].*/bin/python")))
+    candidates += ["/usr/bin/python3"]
+    return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
+
+
+def test_the_worker_speaks_the_protocol_under_another_python(tmp_path):
+    python = other_python()
+    if python is None:
+        pytest.skip("no other Python interpreter on this machine")
+    # That Python has neither our packages nor torch: the worker starts (standard library only), says hello,
+    # and reports the missing model code through the protocol.
+    with pytest.raises(ModelCodeMissing, match="Kimi-Audio") as info:
+        worker_models.KimiAudioLM(python=python, output_dir=str(tmp_path / "out"))
+    assert "No module named" in str(info.value)
+    assert "git clone --recurse-submodules https://github.com/MoonshotAI/Kimi-Audio" in str(info.value)
+
+
+def test_worker_modules_import_only_the_standard_library():
+    """At module level a worker imports the standard library and workerlib; the model's code is imported
+    inside its Backend; nothing from cs3_tasks (it runs with another Python)."""
+    workers = Path(worker_models.__file__).parent / "workers"
+    for path in sorted(workers.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] if node.level == 0 else []
+            else:
+                continue
+            for name in names:
+                assert not name.startswith("cs3_tasks"), (path.name, name)
+        for node in tree.body:
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module]
+            elif isinstance(node, ast.If):  # the "package or script" import of workerlib
+                names = [
+                    alias.name for sub in ast.walk(node) if isinstance(sub, ast.Import) for alias in sub.names
+                ]
+            for name in names:
+                top = name.split(".")[0]
+                assert top in sys.stdlib_module_names or top in ("__future__", "workerlib"), (path.name, name)
+
+
+def test_protocol_version_mismatch_is_a_clear_error(tmp_path, monkeypatch):
+    from cs3_tasks.models.workers import workerlib
+
+    monkeypatch.setattr(workerlib, "PROTOCOL_VERSION", 99)  # this side only: the subprocess still says 1
+    with pytest.raises(WorkerError, match="speaks protocol 1, this cs3-bench speaks 99"):
+        worker_models.KimiAudioLM(output_dir=str(tmp_path / "out"))
 
 
 def test_bad_python_and_unknown_option(tmp_path):

@@ -313,6 +313,7 @@ class WorkerLM(SpeechLM):
             worker.close()
             message = f"{self.model_name}: {reply.get('error')}"
             if reply.get("kind") == "missing":
+                message = message.replace("ModelCodeMissing: ", "", 1)
                 raise ModelCodeMissing(
                     message if self.install_help in message else f"{message}\n{self.install_help}"
                 )

@@ -220,7 +220,7 @@ def _error_reply(request_id: Any, error: BaseException) -> dict:
         "ok": False,
         "kind": "missing" if isinstance(error, ModelCodeMissing) else "error",
         "error": f"{type(error).__name__}: {error}",
-        "traceback": "".join(traceback.format_exception(error))[-6000:],
+        "traceback": "".join(traceback.format_exception(type(error), error, error.__traceback__))[-6000:],
     }
 
 
@@ -237,7 +237,9 @@ def generate_items(backend: Any, items: list[dict]) -> list[dict]:
                 "key": item["key"],
                 "ok": False,
                 "error": f"{type(error).__name__}: {error}",
-                "traceback": "".join(traceback.format_exception(error))[-4000:],
+                "traceback": "".join(traceback.format_exception(type(error), error, error.__traceback__))[
+                    -4000:
+                ],
             }
         results.append(result)
     return results
