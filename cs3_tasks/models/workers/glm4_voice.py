@@ -12,6 +12,7 @@
 
 Decoding: the repository publishes no evaluation script; its demo samples (temperature 0.2, top_p 0.8,
 max 2000 new tokens), which is our default, seeded per item. ``do_sample=false`` decodes greedily.
+One conversation per call, as the demo and ``model_server.py`` (whose streamer refuses a batch above 1).
 """
 
 from __future__ import annotations

@@ -4,11 +4,13 @@
 ``wav, text = model.generate([{"role": "user", "message_type": "audio", "content": path}],
 **sampling_params, output_type="both")``; ``wav`` is saved at 24 kHz as ``infer.py`` saves it.
 
-Decoding: ``infer.py``'s (and the README's) sampling parameters. Text is greedy (``text_temperature 0``);
+Decoding: ``infer.py``'s sampling parameters (the README's, and those of the authors' evaluation toolkit
+Kimi-Audio-Evalkit). Text is greedy (``text_temperature 0``);
 the audio tokens are sampled (``audio_temperature 0.8``, ``audio_top_k 10``): sampling is inherent to
 Kimi-Audio's speech output. Seeded per item. Kimi-Audio's code runs on CUDA only
 (``torch.cuda.current_device()``); ``device=cuda:N`` selects the GPU. Generation length is fixed by the
-official code for speech output (12.5 tokens/s x 120 s, minus the prompt).
+official code for speech output (12.5 tokens/s x 120 s, minus the prompt). ``generate`` takes one
+conversation per call.
 """
 
 from __future__ import annotations

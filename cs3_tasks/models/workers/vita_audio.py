@@ -15,7 +15,7 @@ below ``<|audio_0|>``) decoded with ``skip_special_tokens=True``, as ``evaluatio
 
 Decoding: greedy (``do_sample=False``, the class's generation config: num_beams 1), as the authors'
 ``run_infer`` default and their evaluation. The class loads with ``attn_implementation="flash_attention_2"``
-and runs on CUDA.
+and runs on CUDA. ``run_infer`` takes one query per call.
 """
 
 from __future__ import annotations
