@@ -83,7 +83,7 @@ class Backend:
         self.system_prompt = opts["system_prompt"] or workerlib.keyword_string(
             demo, "value", where={"label": "System Prompt"}
         )
-        self.scratch = tempfile.mkdtemp(prefix="cs3-baichuan-")
+        self._scratch = tempfile.TemporaryDirectory(prefix="cs3-baichuan-")  # until the first item
 
         def official():
             import torch
@@ -94,7 +94,7 @@ class Backend:
             overrides = {
                 "MODEL_PATH": str(opts["pretrained"]),
                 "COSY_VOCODER": str(vocoder),
-                "g_cache_dir": self.scratch,
+                "g_cache_dir": self._scratch.name,
                 "g_turn_i": 0,
             }
             return workerlib.run_definitions(
@@ -112,9 +112,10 @@ class Backend:
         import numpy as np
 
         demo = self.demo
-        cache = Path(self.scratch) / workerlib.safe_key(item["key"])
+        # save_local's segment files: one folder per item, in the client's scratch directory (removed by it)
+        cache = Path(item["out"]).parent / (workerlib.safe_key(item["key"]) + "-segments")
         cache.mkdir(parents=True, exist_ok=True)
-        demo["g_cache_dir"] = str(cache)  # save_local's segment files, one folder per item
+        demo["g_cache_dir"] = str(cache)
         history = [
             {"role": "system", "content": self.system_prompt},
             {

@@ -113,6 +113,7 @@ class Backend:
             temperature=float(opts["temperature"]),
             output_audio_path=wav_path,
         )
+        Path(wav_path).unlink(missing_ok=True)  # the same samples are in res.audio_wav
         audio = None
         if res.audio_wav is not None and len(res.audio_wav) > 0:
             audio = workerlib.save_samples(item["out"], res.audio_wav)
