@@ -34,6 +34,12 @@ MODEL_MODULES: dict[str, str] = {
     "cs3-qwen2.5-omni": "cs3_tasks.models.qwen_omni",
     "cs3-vocalnet": "cs3_tasks.models.vocalnet",
     "cs3-cascade": "cs3_tasks.models.cascade",
+    # the paper's other five models, each run by its official code in a worker process
+    "cs3-glm-4-voice": "cs3_tasks.models.worker_models",
+    "cs3-kimi-audio": "cs3_tasks.models.worker_models",
+    "cs3-minicpm-o": "cs3_tasks.models.worker_models",
+    "cs3-baichuan-omni": "cs3_tasks.models.worker_models",
+    "cs3-vita-audio": "cs3_tasks.models.worker_models",
 }
 
 
