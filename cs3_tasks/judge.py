@@ -345,16 +345,22 @@ def parse_score(reply: str, low: int = 1, high: int = 5) -> int:
 # the client
 
 
-class _RetryableError(Exception):
-    def __init__(self, cause: str, raw: str = "", retry_after: float | None = None):
-        super().__init__(cause)
-        self.cause, self.raw, self.retry_after = cause, raw, retry_after
+class JudgeRequestError(Exception):
+    """A chat completion that failed (transport, HTTP status, malformed body); ``cause`` says why."""
 
-
-class _FatalError(Exception):
     def __init__(self, cause: str, raw: str = ""):
         super().__init__(cause)
         self.cause, self.raw = cause, raw
+
+
+class _RetryableError(JudgeRequestError):
+    def __init__(self, cause: str, raw: str = "", retry_after: float | None = None):
+        super().__init__(cause, raw)
+        self.retry_after = retry_after
+
+
+class _FatalError(JudgeRequestError):
+    pass
 
 
 def _snippet(text: str, limit: int = 200) -> str:
@@ -425,6 +431,23 @@ def _wait(config: JudgeConfig) -> Callable[[tenacity.RetryCallState], float]:
         return delay
 
     return wait
+
+
+def complete(messages: Sequence[dict], config: JudgeConfig, *, api_key: str | None = None,
+             session: requests.Session | None = None) -> str:
+    """One chat completion with the client's transport retries (timeouts, connection errors, 408/429/5xx,
+    malformed bodies; backoff as configured): the assistant text, unparsed and uncached.
+
+    Raises JudgeRequestError after the last attempt, or at once for other HTTP errors. For callers with
+    their own re-ask rule (the reference protocol); ``ask_batch`` is the engine for everything else.
+    """
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(config.max_retries + 1),
+        wait=_wait(config),
+        retry=tenacity.retry_if_exception_type(_RetryableError),
+        reraise=True,
+    )
+    return retrying(chat_completion, messages, config, api_key=api_key, session=session)
 
 
 def _cache_key(config: JudgeConfig, messages: Sequence[dict]) -> str:
