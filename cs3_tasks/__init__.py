@@ -13,6 +13,7 @@ Public surface, one module per job:
 - ``cs3_tasks.languages`` the language-pair configuration (zh-en, zh->en, ... as YAML)
 - ``cs3_tasks.conversation`` conversation scoring (BELLE zh->en: GPT Score, ASR error rate, off-target)
 - ``cs3_tasks.scoring``  scoring pre-generated outputs; ``cs3_tasks.report`` leaderboards and figures
+- ``cs3_tasks.reference`` the reference protocol: the authors' own scoring, prompts read from their scripts
 """
 
 __version__ = "0.1.0"

@@ -406,6 +406,46 @@ def is_reference_judge(config: JudgeConfig | None) -> bool:
     return config is not None and config.model == REFERENCE_JUDGE_MODEL
 
 
+def is_reference_asr(backend: str | None, model: str | None) -> bool:
+    """True when the speech channel's ASR is theirs: Whisper-large-v3 through transformers."""
+    if backend != REFERENCE_ASR_BACKEND or not model:
+        return False
+    return model == REFERENCE_ASR_MODEL or Path(model).name == REFERENCE_ASR_MODEL.split("/")[1]
+
+
+def reference_asr_available() -> bool:
+    """True when openai/whisper-large-v3 is in the local Hugging Face cache (loadable without a download), so
+    the reference protocol can default to it; otherwise the configured ASR is used and the summary says so."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return False
+    found = try_to_load_from_cache(REFERENCE_ASR_MODEL, "config.json")
+    return isinstance(found, str) and Path(found).is_file()
+
+
+def protocol_settings(
+    scripts: ReferenceScripts | None,
+    judge: JudgeConfig | None,
+    asr_backend: str | None,
+    asr_model: str | None,
+) -> dict:
+    """What settings.json / summary.json record about a reference-protocol run, with the comparability flags
+    (judge qwen-max-2025-01-25, ASR Whisper-large-v3 through transformers, pinned scripts)."""
+    judge_ok = is_reference_judge(judge)
+    asr_ok = is_reference_asr(asr_backend, asr_model)
+    return {
+        "protocol": "reference",
+        "reference_scripts": scripts.settings() if scripts is not None else None,
+        "judge_is_reference": judge_ok,
+        "asr_is_reference": asr_ok,
+        "comparable_to_paper": {
+            "text": judge is None or (judge_ok and (scripts is None or scripts.pinned)),
+            "speech": asr_ok and (judge is None or (judge_ok and (scripts is None or scripts.pinned))),
+        },
+    }
+
+
 # ---------------------------------------------------------------------------------------------------
 # pure rules: keyword stage and reply parsing
 

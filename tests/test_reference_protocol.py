@@ -532,3 +532,15 @@ def test_shipped_hashes_match_the_shared_copies():
     for name, digest in reference.SCRIPT_SHA256.items():
         assert hashlib.sha256((AUTHORS / "utils" / name).read_bytes()).hexdigest() == digest
     assert os.path.basename(reference.CACHE_SUBDIR) == "utils"
+
+
+def test_comparability_flags():
+    judge = JudgeConfig(base_url="http://127.0.0.1:1/v1", api_key_env="")
+    settings = reference.protocol_settings(None, judge, "transformers", "openai/whisper-large-v3")
+    assert settings["judge_is_reference"] and settings["asr_is_reference"]
+    assert settings["comparable_to_paper"] == {"text": True, "speech": True}
+    other = reference.protocol_settings(None, judge, "faster-whisper", "large-v3")
+    assert other["comparable_to_paper"] == {"text": True, "speech": False}
+    assert not reference.is_reference_judge(JudgeConfig(model="gpt-4o-mini"))
+    assert reference.is_reference_asr("transformers", "/models/whisper-large-v3")
+    assert isinstance(reference.reference_asr_available(), bool)
