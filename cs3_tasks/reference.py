@@ -941,7 +941,7 @@ def _join(*problems: str | None) -> str | None:
     return "; ".join(kept) if kept else None
 
 
-def _rows_by_qid(path: Path, field: str, outputs_dir: Path, set_name: str | None) -> dict[str, dict]:
+def _rows_by_qid(path: Path, field: str, outputs_dir: Path) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for where, row in read_json_records(path):
         label = f"{path.relative_to(outputs_dir)} {where}"
@@ -991,7 +991,7 @@ def read_authors_outputs(outputs_dir: str | os.PathLike, set_name: str) -> dict[
             f"json/{AUTHORS_SET_FILES[set_name]}.json (the authors' layout)"
         )
     outputs = {}
-    for qid, row in _rows_by_qid(path, "Response", outputs_dir, set_name).items():
+    for qid, row in _rows_by_qid(path, "Response", outputs_dir).items():
         audio, audio_problem = (None, None) if qid.startswith("<") else _wav_for(outputs_dir, set_name, qid)
         outputs[qid] = {
             "qid": qid,
@@ -1015,7 +1015,7 @@ def read_given_transcripts(outputs_dir: str | os.PathLike, set_name: str) -> dic
         )
     return {
         qid: {"qid": qid, "transcript": row["value"], "problem": row["problem"]}
-        for qid, row in _rows_by_qid(path, "Response_hyp", outputs_dir, None).items()
+        for qid, row in _rows_by_qid(path, "Response_hyp", outputs_dir).items()
     }
 
 
