@@ -52,8 +52,11 @@ _CACHE_SCHEMA = "cs3-judge/v1"
 # Named configurations: `--judge-preset gpt-4o-mini` is all it takes to switch judges.
 PRESETS: dict[str, dict[str, str]] = {
     "qwen-max": {"base_url": DEFAULT_BASE_URL, "model": DEFAULT_MODEL, "api_key_env": DEFAULT_API_KEY_ENV},
-    "gpt-4o-mini": {"base_url": "https://api.openai.com/v1", "model": "gpt-4o-mini",
-                    "api_key_env": "OPENAI_API_KEY"},
+    "gpt-4o-mini": {
+        "base_url": "https://api.openai.com/v1",
+        "model": "gpt-4o-mini",
+        "api_key_env": "OPENAI_API_KEY",
+    },
     "vllm": {"base_url": "http://localhost:8000/v1", "model": "Qwen/Qwen2.5-7B-Instruct", "api_key_env": ""},
     "ollama": {"base_url": "http://localhost:11434/v1", "model": "qwen2.5:7b", "api_key_env": ""},
 }
@@ -109,8 +112,11 @@ class JudgeConfig:
             if preset not in PRESETS:
                 raise JudgeConfigError(f"unknown judge preset {preset!r}; choose from {sorted(PRESETS)}")
             given = {**PRESETS[preset], **given}
-        env = {"base_url": os.environ.get(ENV_BASE_URL), "model": os.environ.get(ENV_MODEL),
-               "api_key_env": os.environ.get(ENV_API_KEY_ENV)}
+        env = {
+            "base_url": os.environ.get(ENV_BASE_URL),
+            "model": os.environ.get(ENV_MODEL),
+            "api_key_env": os.environ.get(ENV_API_KEY_ENV),
+        }
         if "base_url" in given and "api_key_env" not in given:
             env["api_key_env"] = None  # the env key variable belongs to the env/default endpoint
         for name, value in env.items():
@@ -153,8 +159,11 @@ class JudgeConfig:
             raise JudgeConfigError(f"judge max_retries must be >= 0, got {self.max_retries}")
         key = self.api_key()
         if key is None and not self.is_local:
-            how = (f"environment variable {self.api_key_env} is not set" if self.api_key_env
-                   else "no API key variable is named for this endpoint")
+            how = (
+                f"environment variable {self.api_key_env} is not set"
+                if self.api_key_env
+                else "no API key variable is named for this endpoint"
+            )
             raise JudgeConfigError(
                 f"LLM judge {self.model} at {self.base_url}: {how}. Export the key, name its variable with "
                 f"--judge-api-key-env / ${ENV_API_KEY_ENV}, point the judge elsewhere (--judge-preset, "
@@ -230,8 +239,9 @@ def load_prompt(name: str) -> str:
     """The text of ``cs3_tasks/prompts/<name>.txt`` (package data)."""
     path = resources.files("cs3_tasks.prompts").joinpath(f"{name}.txt")
     if not path.is_file():
-        available = sorted(p.name[:-4] for p in resources.files("cs3_tasks.prompts").iterdir()
-                           if p.name.endswith(".txt"))
+        available = sorted(
+            p.name[:-4] for p in resources.files("cs3_tasks.prompts").iterdir() if p.name.endswith(".txt")
+        )
         raise FileNotFoundError(f"no judge prompt {name!r}; available: {available}")
     return path.read_text(encoding="utf-8")
 
@@ -279,7 +289,9 @@ def parse_knowledge_verdict(reply: str, language: str = "zh") -> bool:
     echo of the format ("正确/错误") raise UnparseableReply.
     """
     if language not in _VERDICT_TOKENS:
-        raise ValueError(f"knowledge judge language must be one of {sorted(_VERDICT_TOKENS)}, got {language!r}")
+        raise ValueError(
+            f"knowledge judge language must be one of {sorted(_VERDICT_TOKENS)}, got {language!r}"
+        )
     tokens = _VERDICT_TOKENS[language]
     text = unicodedata.normalize("NFKC", reply or "")
     flags = re.IGNORECASE if language == "en" else 0
@@ -325,8 +337,9 @@ def parse_score(reply: str, low: int = 1, high: int = 5) -> int:
     out-of-range score raise UnparseableReply.
     """
     text = unicodedata.normalize("NFKC", reply or "")
-    labelled = re.findall(r"(?:" + _SCORE_LABEL + r")[\s*_`]*(?::|为|是)?[\s*_`]*" + _BRACKET_NUMBER,
-                          text, re.IGNORECASE)
+    labelled = re.findall(
+        r"(?:" + _SCORE_LABEL + r")[\s*_`]*(?::|为|是)?[\s*_`]*" + _BRACKET_NUMBER, text, re.IGNORECASE
+    )
     candidates = labelled or re.findall(_BRACKET_NUMBER, text)
     if not candidates:
         raise UnparseableReply("no [n] score found")
@@ -384,15 +397,23 @@ def _message_text(content: Any) -> str:
     raise TypeError(f"message content is {type(content).__name__}")
 
 
-def chat_completion(messages: Sequence[dict], config: JudgeConfig, *, api_key: str | None = None,
-                    session: requests.Session | None = None) -> str:
+def chat_completion(
+    messages: Sequence[dict],
+    config: JudgeConfig,
+    *,
+    api_key: str | None = None,
+    session: requests.Session | None = None,
+) -> str:
     """One POST {base_url}/chat/completions, no retry: the assistant message text.
 
     Raises _RetryableError (timeout, connection, 408/429/5xx, malformed body) or _FatalError (other
     HTTP errors); ``ask_batch`` turns them into retries and judge_error verdicts.
     """
-    payload: dict[str, Any] = {"model": config.model, "messages": list(messages),
-                               "temperature": config.temperature}
+    payload: dict[str, Any] = {
+        "model": config.model,
+        "messages": list(messages),
+        "temperature": config.temperature,
+    }
     if config.max_tokens is not None:
         payload["max_tokens"] = config.max_tokens
     headers = {"Content-Type": "application/json"}
@@ -415,8 +436,9 @@ def chat_completion(messages: Sequence[dict], config: JudgeConfig, *, api_key: s
     try:
         return _message_text(response.json()["choices"][0]["message"]["content"])
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
-        raise _RetryableError(f"malformed response body: {_snippet(response.text)}",
-                              raw=response.text[:2000]) from exc
+        raise _RetryableError(
+            f"malformed response body: {_snippet(response.text)}", raw=response.text[:2000]
+        ) from exc
 
 
 def _wait(config: JudgeConfig) -> Callable[[tenacity.RetryCallState], float]:
@@ -433,8 +455,13 @@ def _wait(config: JudgeConfig) -> Callable[[tenacity.RetryCallState], float]:
     return wait
 
 
-def complete(messages: Sequence[dict], config: JudgeConfig, *, api_key: str | None = None,
-             session: requests.Session | None = None) -> str:
+def complete(
+    messages: Sequence[dict],
+    config: JudgeConfig,
+    *,
+    api_key: str | None = None,
+    session: requests.Session | None = None,
+) -> str:
     """One chat completion with the client's transport retries (timeouts, connection errors, 408/429/5xx,
     malformed bodies; backoff as configured): the assistant text, unparsed and uncached.
 
@@ -452,16 +479,27 @@ def complete(messages: Sequence[dict], config: JudgeConfig, *, api_key: str | No
 
 def _cache_key(config: JudgeConfig, messages: Sequence[dict]) -> str:
     # base_url is part of the key: a model name means different weights on different servers.
-    return stable_key(_CACHE_SCHEMA, config.base_url.rstrip("/"), config.model, list(messages),
-                      config.temperature, config.max_tokens)
+    return stable_key(
+        _CACHE_SCHEMA,
+        config.base_url.rstrip("/"),
+        config.model,
+        list(messages),
+        config.temperature,
+        config.max_tokens,
+    )
 
 
 def _error_verdict(cause: str, raw: str = "") -> Verdict:
     return Verdict(value=None, raw=raw, error=f"{JUDGE_ERROR}: {cause}")
 
 
-def _ask_one(messages: Sequence[dict], parse: Callable[[str], Any], config: JudgeConfig,
-             api_key: str | None, session: requests.Session) -> Verdict:
+def _ask_one(
+    messages: Sequence[dict],
+    parse: Callable[[str], Any],
+    config: JudgeConfig,
+    api_key: str | None,
+    session: requests.Session,
+) -> Verdict:
     attempts = 0
 
     def attempt() -> Verdict:
@@ -489,8 +527,14 @@ def _ask_one(messages: Sequence[dict], parse: Callable[[str], Any], config: Judg
         return _error_verdict(f"unexpected {type(exc).__name__}: {_snippet(str(exc))}")
 
 
-def ask_batch(prompts: Sequence[str | Sequence[dict]], parse: Callable[[str], Any], config: JudgeConfig, *,
-              progress: bool = False, desc: str = "judge") -> list[Verdict]:
+def ask_batch(
+    prompts: Sequence[str | Sequence[dict]],
+    parse: Callable[[str], Any],
+    config: JudgeConfig,
+    *,
+    progress: bool = False,
+    desc: str = "judge",
+) -> list[Verdict]:
     """Ask the model once per prompt; a Verdict per prompt, in order.
 
     A prompt is a str (sent as one user message, as the reference judge does) or a full chat message
@@ -503,8 +547,9 @@ def ask_batch(prompts: Sequence[str | Sequence[dict]], parse: Callable[[str], An
     """
     if not prompts:
         return []
-    messages_list = [[{"role": "user", "content": p}] if isinstance(p, str) else [dict(m) for m in p]
-                     for p in prompts]
+    messages_list = [
+        [{"role": "user", "content": p}] if isinstance(p, str) else [dict(m) for m in p] for p in prompts
+    ]
     keys = [_cache_key(config, m) for m in messages_list]
     unique = dict(zip(keys, messages_list))  # insertion-ordered, one entry per distinct prompt
     cache = SqliteCache(config.resolved_cache_path()) if config.use_cache else None
@@ -527,9 +572,15 @@ def ask_batch(prompts: Sequence[str | Sequence[dict]], parse: Callable[[str], An
     return [done[k] for k in keys]
 
 
-def _run_pending(pending: list[str], unique: dict[str, list[dict]], parse: Callable[[str], Any],
-                 config: JudgeConfig, cache: SqliteCache | None, progress: bool,
-                 desc: str) -> dict[str, Verdict]:
+def _run_pending(
+    pending: list[str],
+    unique: dict[str, list[dict]],
+    parse: Callable[[str], Any],
+    config: JudgeConfig,
+    cache: SqliteCache | None,
+    progress: bool,
+    desc: str,
+) -> dict[str, Verdict]:
     api_key = config.validate()
     local = threading.local()
     sessions: list[requests.Session] = []
@@ -580,46 +631,81 @@ def _check_texts(item: Any, names: Sequence[str]) -> None:
 
 def knowledge_prompt(item: KnowledgeItem, language: str = "zh") -> str:
     _check_texts(item, ("question", "reference", "response"))
-    return render_prompt(load_prompt(f"knowledge_{language}"), question=item.question,
-                         reference=item.reference, reference_en=item.reference_en, response=item.response)
+    return render_prompt(
+        load_prompt(f"knowledge_{language}"),
+        question=item.question,
+        reference=item.reference,
+        reference_en=item.reference_en,
+        response=item.response,
+    )
 
 
 def open_ended_prompt(item: OpenEndedItem, aspect: str, language: str = "zh") -> str:
     if aspect not in ("relevance", "semantic"):
         raise ValueError(f"open-ended aspect must be 'relevance' or 'semantic', got {aspect!r}")
     _check_texts(item, ("question", "response"))
-    return render_prompt(load_prompt(f"open_{aspect}_{language}"), question=item.question,
-                         reference=item.reference, response=item.response)
+    return render_prompt(
+        load_prompt(f"open_{aspect}_{language}"),
+        question=item.question,
+        reference=item.reference,
+        response=item.response,
+    )
 
 
-def conversation_prompt(item: ConversationItem, language: str = "en", target_language: str = "English",
-                        template: str | None = None) -> str:
+def conversation_prompt(
+    item: ConversationItem,
+    language: str = "en",
+    target_language: str = "English",
+    template: str | None = None,
+) -> str:
     """``template``: the prompt text itself (e.g. a language pair's own prompt file); default: the package
     prompt ``conversation_<language>``."""
     _check_texts(item, ("question", "response"))
-    return render_prompt(template if template is not None else load_prompt(f"conversation_{language}"),
-                         question=item.question, reference=item.reference, response=item.response,
-                         target_language=target_language)
+    return render_prompt(
+        template if template is not None else load_prompt(f"conversation_{language}"),
+        question=item.question,
+        reference=item.reference,
+        response=item.response,
+        target_language=target_language,
+    )
 
 
-def judge_knowledge(items: Sequence[KnowledgeItem], config: JudgeConfig, *, language: str = "zh",
-                    progress: bool = False) -> list[Verdict]:
+def judge_knowledge(
+    items: Sequence[KnowledgeItem], config: JudgeConfig, *, language: str = "zh", progress: bool = False
+) -> list[Verdict]:
     """Is each response consistent with the reference answer? value True/False (None on judge_error)."""
     prompts = [knowledge_prompt(item, language) for item in items]
-    return ask_batch(prompts, lambda raw: parse_knowledge_verdict(raw, language), config,
-                     progress=progress, desc=f"judge knowledge ({language})")
+    return ask_batch(
+        prompts,
+        lambda raw: parse_knowledge_verdict(raw, language),
+        config,
+        progress=progress,
+        desc=f"judge knowledge ({language})",
+    )
 
 
-def judge_open_ended(items: Sequence[OpenEndedItem], config: JudgeConfig, *, aspect: str,
-                     language: str = "zh", progress: bool = False) -> list[Verdict]:
+def judge_open_ended(
+    items: Sequence[OpenEndedItem],
+    config: JudgeConfig,
+    *,
+    aspect: str,
+    language: str = "zh",
+    progress: bool = False,
+) -> list[Verdict]:
     """1-5 score of each response: aspect "relevance" (understood the question) or "semantic"."""
     prompts = [open_ended_prompt(item, aspect, language) for item in items]
     return ask_batch(prompts, parse_score, config, progress=progress, desc=f"judge {aspect}")
 
 
-def judge_conversation(items: Sequence[ConversationItem], config: JudgeConfig, *, language: str = "en",
-                       target_language: str = "English", progress: bool = False,
-                       template: str | None = None) -> list[Verdict]:
+def judge_conversation(
+    items: Sequence[ConversationItem],
+    config: JudgeConfig,
+    *,
+    language: str = "en",
+    target_language: str = "English",
+    progress: bool = False,
+    template: str | None = None,
+) -> list[Verdict]:
     """1-5 helpfulness/correctness score of each response (the "GPT score" of spoken conversation).
 
     ``template`` overrides the package prompt (a language pair's ``prompts.conversation``)."""
@@ -638,21 +724,48 @@ def add_judge_arguments(parser: argparse.ArgumentParser) -> None:
         f"Default: {DEFAULT_MODEL} at {DEFAULT_BASE_URL} with ${DEFAULT_API_KEY_ENV}. "
         f"Environment: ${ENV_BASE_URL}, ${ENV_MODEL}, ${ENV_API_KEY_ENV}.",
     )
-    group.add_argument("--judge-preset", choices=sorted(PRESETS), default=None,
-                       help="a named judge configuration (options below override it)")
+    group.add_argument(
+        "--judge-preset",
+        choices=sorted(PRESETS),
+        default=None,
+        help="a named judge configuration (options below override it)",
+    )
     group.add_argument("--judge-model", default=None, help=f"judge model name (default {DEFAULT_MODEL})")
-    group.add_argument("--judge-base-url", default=None,
-                       help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
-    group.add_argument("--judge-api-key-env", default=None, metavar="VAR",
-                       help="environment variable holding the API key (not the key itself)")
-    group.add_argument("--judge-concurrency", type=int, default=None, metavar="N",
-                       help="requests in flight at once (default 8)")
-    group.add_argument("--judge-timeout", type=float, default=None, metavar="SECONDS",
-                       help="per-request timeout (default 60)")
-    group.add_argument("--judge-cache", type=Path, default=None, metavar="PATH",
-                       help="sqlite cache file (default <cache dir>/judge.sqlite)")
-    group.add_argument("--no-judge", action="store_true",
-                       help="no LLM judge: keyword-only accuracy, unresolved items are counted")
+    group.add_argument(
+        "--judge-base-url", default=None, help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1"
+    )
+    group.add_argument(
+        "--judge-api-key-env",
+        default=None,
+        metavar="VAR",
+        help="environment variable holding the API key (not the key itself)",
+    )
+    group.add_argument(
+        "--judge-concurrency",
+        type=int,
+        default=None,
+        metavar="N",
+        help="requests in flight at once (default 8)",
+    )
+    group.add_argument(
+        "--judge-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="per-request timeout (default 60)",
+    )
+    group.add_argument(
+        "--judge-cache",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="sqlite cache file (default <cache dir>/judge.sqlite)",
+    )
+    group.add_argument(
+        "--no-judge",
+        action="store_true",
+        help="no LLM judge: keyword-only accuracy, unresolved items are counted",
+    )
 
 
 def judge_config_from_args(args: argparse.Namespace) -> JudgeConfig | None:

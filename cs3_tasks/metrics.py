@@ -98,8 +98,9 @@ def english_keyword_hit(response: str, answer: str) -> bool:
 # --- speech-channel fidelity ---------------------------------------------------------------------------
 
 
-def pronunciation_counts(text_response: str, transcript: str,
-                         pair: LanguagePair | str | None = None) -> tuple[int, int]:
+def pronunciation_counts(
+    text_response: str, transcript: str, pair: LanguagePair | str | None = None
+) -> tuple[int, int]:
     """PSR parts: (recognised, total) English words of the text response.
 
     total = number of English words in the text response; recognised = count-aware bag-of-words overlap
@@ -120,8 +121,7 @@ def _token_error_rate(reference: list[str], hypothesis: list[str]) -> float:
     return float(jiwer.wer(" ".join(reference), " ".join(hypothesis)))
 
 
-def english_wer(text_response: str, transcript: str,
-                pair: LanguagePair | str | None = None) -> float | None:
+def english_wer(text_response: str, transcript: str, pair: LanguagePair | str | None = None) -> float | None:
     """WER (jiwer) of the transcript's English-word sequence against the text response's.
 
     Reference = `english_words(text_response)`, hypothesis = `english_words(transcript)`, so Chinese in
@@ -133,8 +133,9 @@ def english_wer(text_response: str, transcript: str,
     return _token_error_rate(reference, english_words(transcript or "", pair))
 
 
-def mixed_error_rate(text_response: str, transcript: str,
-                     pair: LanguagePair | str | None = None) -> float | None:
+def mixed_error_rate(
+    text_response: str, transcript: str, pair: LanguagePair | str | None = None
+) -> float | None:
     """Mixed error rate: WER (jiwer) over mixed tokens, each CJK character, English word and number a token.
 
     Reference = `mixed_tokens(text_response)`, hypothesis = `mixed_tokens(transcript)`. None when the text
@@ -146,8 +147,9 @@ def mixed_error_rate(text_response: str, transcript: str,
     return _token_error_rate(reference, mixed_tokens(transcript or "", pair))
 
 
-def corpus_english_wer(text_responses: Sequence[str], transcripts: Sequence[str],
-                       pair: LanguagePair | str | None = None) -> float | None:
+def corpus_english_wer(
+    text_responses: Sequence[str], transcripts: Sequence[str], pair: LanguagePair | str | None = None
+) -> float | None:
     """Corpus form of `english_wer`: total English-word edits / total English words of the text responses
     (jiwer over lists), so long answers weigh by their length, unlike the per-item mean. Pairs whose text
     response has no English words are skipped; None when none is left."""
@@ -166,8 +168,9 @@ def corpus_english_wer(text_responses: Sequence[str], transcripts: Sequence[str]
     return float(jiwer.wer(references, hypotheses))
 
 
-def corpus_mixed_error_rate(text_responses: Sequence[str], transcripts: Sequence[str],
-                            pair: LanguagePair | str | None = None) -> float | None:
+def corpus_mixed_error_rate(
+    text_responses: Sequence[str], transcripts: Sequence[str], pair: LanguagePair | str | None = None
+) -> float | None:
     """Corpus form of `mixed_error_rate`: total token edits / total reference tokens over all pairs (jiwer
     over lists). Pairs whose text response has no tokens are skipped; None when none is left."""
     import jiwer
@@ -200,8 +203,7 @@ def _char_edits(reference: str, hypothesis: str) -> int:
     return out.substitutions + out.deletions + out.insertions
 
 
-def character_error_rate(reference: str, hypothesis: str,
-                         pair: LanguagePair | str | None = None) -> float:
+def character_error_rate(reference: str, hypothesis: str, pair: LanguagePair | str | None = None) -> float:
     """CER of Chinese (or mixed) text: character edit distance / reference length after `normalize_zh`.
 
     Whitespace is removed after normalisation, so every remaining character (CJK, Latin letter, digit) is a
@@ -245,8 +247,7 @@ def _check_expected(expected: str, pair: LanguagePair | str | None) -> None:
         raise ValueError(f"expected language must be one of {languages}, got {expected!r}")
 
 
-def language_selected(response: str, expected: str,
-                      pair: LanguagePair | str | None = None) -> bool | None:
+def language_selected(response: str, expected: str, pair: LanguagePair | str | None = None) -> bool | None:
     """LSA per item: True when `text.dominant_language(response)` equals `expected` ("zh" or "en").
 
     A "mixed" response (exact tie) is not a selection of the expected language: False. None when the response

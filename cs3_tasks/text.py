@@ -63,9 +63,7 @@ _RAW_LATIN_WORD = re.compile(r"[a-z]+(?:'[a-z]+)*")
 # Where a keyword match may not cross (after NFKC): clause and sentence punctuation, line breaks; a comma
 # only outside digit groups (1,000), a full stop only before whitespace, the end or a CJK character (so 3.5,
 # D.C. and U.S. stay whole). Middle dots, hyphens, apostrophes, brackets and quotes join, as before.
-_KEYWORD_BREAK = re.compile(
-    f"[。、；;:!?！？…\n\r]|(?<![0-9]),|,(?![0-9])|\\.(?=\\s|$|[{CJK_CLASS}])"
-)
+_KEYWORD_BREAK = re.compile(f"[。、；;:!?！？…\n\r]|(?<![0-9]),|,(?![0-9])|\\.(?=\\s|$|[{CJK_CLASS}])")
 KEYWORD_SPAN_SEPARATOR = "|"  # normalize_keyword never outputs it (punctuation becomes a space)
 
 # Middle dots used in transliterated names (乔治·华盛顿) and their look-alikes; NFKC maps ･ to ・.
@@ -113,8 +111,11 @@ class _PairSpec:
         self.word_tokens = pair.tokens == "word"
         # Chinese/Japanese: whitespace next to a script character is noise (ASR inserts it at random);
         # Korean/Hindi: it separates words and is kept.
-        self.space_next = None if self.word_tokens else re.compile(
-            f"(?<=[{pair.script_class}])\\s+|\\s+(?=[{pair.script_class}])")
+        self.space_next = (
+            None
+            if self.word_tokens
+            else re.compile(f"(?<=[{pair.script_class}])\\s+|\\s+(?=[{pair.script_class}])")
+        )
         self.t2s = "t2s" in pair.normalizers
         self.embedded_normalizer = pair.embedded_normalizer
         self.weight = pair.embedded_word_weight
@@ -140,8 +141,15 @@ def _spec(pair: LanguagePair | str | None) -> _PairSpec:
         from cs3_tasks.languages import load_pair
 
         pair = load_pair(pair)
-    key = (pair.matrix, pair.embedded, pair.script_class, pair.tokens, tuple(pair.normalizers),
-           pair.embedded_normalizer, pair.embedded_word_weight)
+    key = (
+        pair.matrix,
+        pair.embedded,
+        pair.script_class,
+        pair.tokens,
+        tuple(pair.normalizers),
+        pair.embedded_normalizer,
+        pair.embedded_word_weight,
+    )
     spec = _SPECS.get(key)
     if spec is None:
         spec = _PairSpec(pair)
