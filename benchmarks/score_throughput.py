@@ -145,15 +145,13 @@ def run_ours(
     mode: str = "batched",
 ) -> tuple[float, float]:
     """(total seconds, seconds inside transcribe_batch) of one `cs3-bench score` run; ``mode``: the
-    short-clip decoding ($CS3_ASR_SHORT_CLIPS)."""
+    short-clip decoding (``--asr-short-clips``)."""
     from cs3_tasks import asr, scoring
-
-    os.environ[asr.SHORT_CLIPS_ENV] = mode
 
     in_asr = 0.0
     transcribe_batch = asr.transcribe_batch
 
-    def timed(*a, **k):  # scoring imports transcribe_batch at call time: this wrapper is what it gets
+    def timed(*a, **k):  # scoring looks transcribe_batch up at call time: this wrapper is what it gets
         nonlocal in_asr
         t0 = time.perf_counter()
         try:
@@ -184,6 +182,8 @@ def run_ours(
             "--judge-concurrency",
             str(concurrency),
             "--no-progress",
+            "--asr-short-clips",
+            mode,
             *extra,
         ]
     )
@@ -209,7 +209,7 @@ def run_naive(docs: list[dict], outputs: Path, model: str, base_url: str) -> tup
     Returns (total seconds, {"asr_s", "judge_s"} time spent in each, per-item rows).
     """
     from cs3_tasks import asr, judge, metrics, text
-    from cs3_tasks.scoring import read_outputs
+    from cs3_tasks.outputs import read_outputs
 
     config = judge.JudgeConfig(
         base_url=base_url, model="fake-judge", api_key_env="", max_concurrency=1, use_cache=False
@@ -245,7 +245,8 @@ def run_naive(docs: list[dict], outputs: Path, model: str, base_url: str) -> tup
 
 
 def run_pipeline(docs: list[dict], outputs: Path, model: str) -> dict:
-    """faster-whisper's BatchedInferencePipeline on the same clips, our decoding settings (beam 5, temperature 0,
+    """faster-whisper's BatchedInferencePipeline on the same clips, our decoding settings (beam 5,
+    temperature 0,
     no conditioning, no VAD; its own default: no timestamps): one call per clip, and one call over all clips
     joined into one stream with ``clip_timestamps`` marking each clip, so that it batches the clips (8 at a
     time) and each segment is attributed to its clip by time. Language: detected per call (so once for
@@ -255,7 +256,7 @@ def run_pipeline(docs: list[dict], outputs: Path, model: str) -> dict:
 
     from cs3_tasks import asr
     from cs3_tasks.audio import SAMPLE_RATE, load_audio
-    from cs3_tasks.scoring import read_outputs
+    from cs3_tasks.outputs import read_outputs
 
     threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     pipeline = BatchedInferencePipeline(
@@ -429,7 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     for mode, (total, in_asr) in cold.items():
         label = "default" if mode == "batched" else "opt-in"
         print(
-            f"  ours, cold, {mode:7s}   {total:8.1f} s   x{naive_s / total:.1f} vs naive   (ASR {in_asr:.1f} s: "
+            f"  ours, cold, {mode:7s}   {total:8.1f} s   x{naive_s / total:.1f} vs naive   (ASR {in_asr:.1f} "
+            "s: "
             f"x{naive_asr / in_asr:.1f} vs the naive ASR; {label}; same transcripts as naive on "
             f"{same_text[mode]}/{args.n}, same verdicts on {same[mode]}/{args.n})"
         )
@@ -442,7 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     for mode, (_, in_asr) in cold.items():
         print(
-            f"  ours {mode} ASR vs the pipeline: x{pipeline['per_clip_s'] / in_asr:.1f} (its per-clip calls), "
+            f"  ours {mode} ASR vs the pipeline: x{pipeline['per_clip_s'] / in_asr:.1f} (its per-clip "
+            "calls), "
             f"x{pipeline['stream_s'] / in_asr:.1f} (its batched clips)"
         )
     print(f"  judge: {cold_requests} requests per cold run, max {max_in_flight} in flight")

@@ -1,9 +1,10 @@
-"""The LLM judge: an OpenAI-compatible chat-completions client with strict verdict parsing.
+"""The LLM judge: prompts, strict verdict parsing and a cached, concurrent engine over an LLM endpoint.
 
 One engine (``ask_batch``) serves every judge task: each prompt is rendered from a package-data template
-(``cs3_tasks/prompts/*.txt``), sent as one user message to ``POST {base_url}/chat/completions`` with
-a bounded number of requests in flight, retried with exponential backoff on timeouts, connection errors,
-HTTP 408/429/5xx, malformed bodies and unparseable replies, and cached in sqlite once a reply parses.
+(``cs3_tasks/prompts/*.txt``), sent as one user message to ``POST {base_url}/chat/completions``
+(``cs3_tasks.chat_api``) with a bounded number of requests in flight, retried by the shared policy
+(timeouts, connection errors, HTTP 408/429/5xx, malformed bodies) and on unparseable replies, and cached
+in sqlite once a reply parses.
 
 Failure policy: a prompt that still times out, errors or is unparseable after the last attempt yields
 ``Verdict(value=None, raw=<last reply>, error="judge_error: <cause>")``. It is never scored as right,
@@ -18,12 +19,9 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import json
 import os
-import random
 import re
 import threading
-import time
 import unicodedata
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -31,12 +29,20 @@ from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlparse, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlparse, urlsplit
 
 import requests
-import tenacity
 
 from cs3_tasks.cache import SqliteCache, cache_dir, stable_key
+from cs3_tasks.chat_api import (
+    EndpointError,
+    RetryPolicy,
+    call_with_retries,
+    chat_url,
+    message_text,
+    post_chat,
+    snippet,
+)
 
 DEFAULT_BASE_URL = "https://dashscope.aliyuncs.com/compatible-mode/v1"
 DEFAULT_MODEL = "qwen-max-2025-01-25"
@@ -148,13 +154,16 @@ class JudgeConfig:
     @property
     def endpoint(self) -> str:
         """``{base_url}/chat/completions``, the base URL's query string (e.g. ``?api-version=``) kept."""
-        parts = urlsplit(self.base_url)
-        return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/chat/completions"))
+        return chat_url(self.base_url)
 
     @property
     def public_base_url(self) -> str:
         """The base URL as it may be written or printed (credentials redacted, see `redact`)."""
         return redact(self.base_url)
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(self.max_retries, self.backoff_initial, self.backoff_max)
 
     def resolved_cache_path(self) -> Path:
         return Path(self.cache_path) if self.cache_path is not None else cache_dir() / CACHE_FILE
@@ -191,7 +200,8 @@ class JudgeConfig:
                     "environment variable name; pass the name of the variable that holds the key, not the key"
                 )
             raise JudgeConfigError(
-                f"LLM judge {self.model} at {self.public_base_url}: {how}. Export the key, name its variable with "
+                f"LLM judge {self.model} at {self.public_base_url}: {how}. Export the key, name its variable "
+                "with "
                 f"--judge-api-key-env / ${ENV_API_KEY_ENV}, point the judge elsewhere (--judge-preset, "
                 f"--judge-base-url, --judge-model or ${ENV_BASE_URL}, ${ENV_MODEL}), or run with --no-judge."
             )
@@ -428,39 +438,6 @@ def parse_score(reply: str, low: int = 1, high: int = 5) -> int:
 # the client
 
 
-class _RetryableError(Exception):
-    def __init__(self, cause: str, raw: str = "", retry_after: float | None = None):
-        super().__init__(cause)
-        self.cause, self.raw, self.retry_after = cause, raw, retry_after
-
-
-class _FatalError(Exception):
-    def __init__(self, cause: str, raw: str = ""):
-        super().__init__(cause)
-        self.cause, self.raw = cause, raw
-
-
-def _snippet(text: str, limit: int = 200) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _retry_after(response: requests.Response) -> float | None:
-    try:
-        return float(response.headers.get("Retry-After", ""))
-    except ValueError:
-        return None
-
-
-def _message_text(content: Any) -> str:
-    # Some servers return content as a list of parts ({"type": "text", "text": ...}).
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    raise TypeError(f"message content is {type(content).__name__}")
-
-
 def bounded_messages(messages: Sequence[dict]) -> tuple[list[dict], str | None]:
     """``messages`` with every text content longer than MAX_MESSAGE_CHARS cut to its head and tail around a
     marker, and a note saying what was cut (None when nothing was)."""
@@ -477,36 +454,6 @@ def bounded_messages(messages: Sequence[dict]) -> tuple[list[dict], str | None]:
     return out, note
 
 
-def _read_body(response: requests.Response, deadline: float, timeout: float) -> bytes:
-    """The body, read under the request's deadline and size bound: each read returns what one socket read
-    gives (read1), so a server dripping bytes cannot keep the request open past the deadline."""
-    import urllib3
-
-    body = bytearray()
-    sock = getattr(getattr(response.raw, "connection", None), "sock", None)
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise _RetryableError(f"timeout after {timeout:g} s (whole request; {len(body)} bytes received)")
-        try:
-            if sock is not None:
-                sock.settimeout(left)  # no single read waits past the deadline
-            chunk = response.raw.read1(65536, decode_content=True)
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            if time.monotonic() >= deadline - 0.01:
-                raise _RetryableError(
-                    f"timeout after {timeout:g} s (whole request; {len(body)} bytes received)"
-                ) from exc
-            raise _RetryableError(
-                f"connection error while reading the reply: {_snippet(str(exc), 160)}"
-            ) from exc
-        if not chunk:
-            return bytes(body)
-        body += chunk
-        if len(body) > MAX_REPLY_BYTES:
-            raise _FatalError(f"reply body larger than {MAX_REPLY_BYTES} bytes: not read further")
-
-
 def chat_completion(
     messages: Sequence[dict],
     config: JudgeConfig,
@@ -516,10 +463,10 @@ def chat_completion(
 ) -> str:
     """One POST {base_url}/chat/completions, no retry: the assistant message text.
 
-    ``config.timeout`` bounds the whole request (connect, headers and body), not each read. Raises
-    _RetryableError (timeout, connection, 408/429/5xx, malformed body) or _FatalError (other HTTP errors,
-    a body over MAX_REPLY_BYTES); ``ask_batch`` turns them into retries and judge_error verdicts. Error
-    texts are redacted (`redact`: URL credentials and the key).
+    ``config.timeout`` bounds the whole request (connect, headers and body), not each read; a reply body
+    over MAX_REPLY_BYTES is not read. Raises chat_api.EndpointError (``retryable`` per the shared policy),
+    its texts redacted (`redact`: URL credentials and the key); ``ask_batch`` turns it into retries and
+    judge_error verdicts.
     """
     payload: dict[str, Any] = {
         "model": config.model,
@@ -528,56 +475,38 @@ def chat_completion(
     }
     if config.max_tokens is not None:
         payload["max_tokens"] = config.max_tokens
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    post = (session or requests).post
-    deadline = time.monotonic() + config.timeout
     try:
-        try:
-            response = post(
-                config.endpoint, json=payload, headers=headers, timeout=config.timeout, stream=True
-            )
-            try:
-                body = _read_body(response, deadline, config.timeout)
-            finally:
-                response.close()
-        except requests.Timeout as exc:
-            raise _RetryableError(f"timeout after {config.timeout:g} s ({type(exc).__name__})") from exc
-        except requests.ConnectionError as exc:
-            if time.monotonic() > deadline:  # a read that timed out inside the body surfaces as this
-                raise _RetryableError(f"timeout after {config.timeout:g} s ({type(exc).__name__})") from exc
-            raise _RetryableError(f"connection error: {_snippet(str(exc), 160)}") from exc
-        except requests.RequestException as exc:
-            raise _FatalError(f"request failed: {_snippet(str(exc), 160)}") from exc
-        text = body.decode(response.encoding or "utf-8", errors="replace")
-        status = response.status_code
-        if status in (408, 429) or status >= 500:
-            raise _RetryableError(f"HTTP {status}: {_snippet(text)}", retry_after=_retry_after(response))
-        if status >= 400:
-            raise _FatalError(f"HTTP {status} (not retried): {_snippet(text)}")
-        try:
-            return _message_text(json.loads(text)["choices"][0]["message"]["content"])
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
-            raise _RetryableError(f"malformed response body: {_snippet(text)}", raw=text[:2000]) from exc
-    except (_RetryableError, _FatalError) as exc:  # error texts are written to records: no credentials
+        reply = post_chat(
+            config.endpoint,
+            payload,
+            api_key=api_key,
+            timeout=config.timeout,
+            session=session,
+            max_reply_bytes=MAX_REPLY_BYTES,
+        )
+        return message_text(reply)
+    except EndpointError as exc:  # error texts are written to records: no credentials
         secrets = (api_key, *url_secrets(config.base_url))
         exc.cause, exc.raw = redact(exc.cause, *secrets), redact(exc.raw, *secrets)
         raise
 
 
-def _wait(config: JudgeConfig) -> Callable[[tenacity.RetryCallState], float]:
-    """Exponential backoff with jitter; a server's Retry-After (429/503) is honoured up to backoff_max."""
+def complete(
+    messages: Sequence[dict],
+    config: JudgeConfig,
+    *,
+    api_key: str | None = None,
+    session: requests.Session | None = None,
+) -> str:
+    """One chat completion with the client's transport retries (timeouts, connection errors, 408/429/5xx,
+    malformed bodies; backoff as configured): the assistant text, unparsed and uncached.
 
-    def wait(state: tenacity.RetryCallState) -> float:
-        delay = min(config.backoff_max, config.backoff_initial * 2 ** (state.attempt_number - 1))
-        delay *= random.uniform(0.5, 1.0)
-        exc = state.outcome.exception() if state.outcome else None
-        if isinstance(exc, _RetryableError) and exc.retry_after:
-            delay = max(delay, min(exc.retry_after, config.backoff_max))
-        return delay
-
-    return wait
+    Raises chat_api.EndpointError after the last attempt, or at once for a non-retryable one. For callers
+    with their own re-ask rule (the reference protocol); ``ask_batch`` is the engine for everything else.
+    """
+    return call_with_retries(
+        lambda: chat_completion(messages, config, api_key=api_key, session=session), config.retry_policy
+    )
 
 
 def _cache_key(config: JudgeConfig, messages: Sequence[dict]) -> str:
@@ -630,24 +559,18 @@ def _ask_one(
         try:
             return Verdict(value=parse(raw), raw=raw, note=_join_notes(request_note, reply_note))
         except UnparseableReply as exc:  # re-ask: the next sample may follow the format
-            raise _RetryableError(f"unparseable reply: {exc}", raw=raw) from exc
+            raise EndpointError(f"unparseable reply: {exc}", retryable=True, raw=raw) from exc
 
-    retrying = tenacity.Retrying(
-        stop=tenacity.stop_after_attempt(config.max_retries + 1),
-        wait=_wait(config),
-        retry=tenacity.retry_if_exception_type(_RetryableError),
-        reraise=True,
-    )
     try:
-        return retrying(attempt)
-    except _RetryableError as exc:
+        return call_with_retries(attempt, config.retry_policy)
+    except EndpointError as exc:
+        if not exc.retryable:
+            return _error_verdict(exc.cause, exc.raw, request_note)
         cause = f"{exc.cause} (after {attempts} attempt{'s' * (attempts > 1)})"
         return _error_verdict(cause, exc.raw, request_note)
-    except _FatalError as exc:
-        return _error_verdict(exc.cause, exc.raw, request_note)
     except Exception as exc:  # noqa: BLE001 - a bug must not sink the other items; recorded, not hidden
         return _error_verdict(
-            f"unexpected {type(exc).__name__}: {_snippet(redact(str(exc), *secrets))}", note=request_note
+            f"unexpected {type(exc).__name__}: {snippet(redact(str(exc), *secrets))}", note=request_note
         )
 
 

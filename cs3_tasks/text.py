@@ -60,6 +60,11 @@ _BRACKETS = re.compile(r"[()\[\]{}<>《》〈〉「」『』【】〔〕〖〗]"
 _DIGIT_GROUP_COMMA = re.compile(r"(?<=[0-9]),(?=[0-9]{3})")
 _DECIMAL_POINT = re.compile(r"(?<=[0-9])\.(?=[0-9])")
 _RAW_LATIN_WORD = re.compile(r"[a-z]+(?:'[a-z]+)*")
+# Where a keyword match may not cross (after NFKC): clause and sentence punctuation, line breaks; a comma
+# only outside digit groups (1,000), a full stop only before whitespace, the end or a CJK character (so 3.5,
+# D.C. and U.S. stay whole). Middle dots, hyphens, apostrophes, brackets and quotes join, as before.
+_KEYWORD_BREAK = re.compile(f"[。、；;:!?！？…\n\r]|(?<![0-9]),|,(?![0-9])|\\.(?=\\s|$|[{CJK_CLASS}])")
+KEYWORD_SPAN_SEPARATOR = "|"  # normalize_keyword never outputs it (punctuation becomes a space)
 
 # Middle dots used in transliterated names (乔治·华盛顿) and their look-alikes; NFKC maps ･ to ・.
 MIDDLE_DOTS = "\u00b7\u2022\u30fb\u2027\u2219\u22c5\uff65\u0387\u16eb\u2e31"
@@ -204,7 +209,8 @@ def to_simplified(text: str) -> str:
 
 
 def _width_and_script(text: str, spec: _PairSpec | None = None) -> str:
-    """Valid Unicode, NFKC (full-width -> half-width, compatibility forms), then the pair's normalisers (zh: t2s).
+    """Valid Unicode, NFKC (full-width -> half-width, compatibility forms), then the pair's normalisers (zh:
+    t2s).
 
     The one entry of every normalising function of this module."""
     text = unicodedata.normalize("NFKC", valid_unicode(text))
@@ -223,8 +229,9 @@ def normalize_zh(text: str, pair: LanguagePair | str | None = None) -> str:
 
     NFKC (full-width -> half-width), OpenCC t2s, lowercase; punctuation, symbols, control characters and
     middle dots (· • ・ ‧) become spaces, apostrophes are dropped ("it's" -> "its"), a decimal point
-    between digits is kept and a comma between digits removed; whitespace next to a CJK character is removed and other runs of
-    whitespace collapse to one space (so English words stay separated). No number or spelling rewriting.
+    between digits is kept and a comma between digits removed; whitespace next to a CJK character is
+    removed and other runs of whitespace collapse to one space (so English words stay separated). No
+    number or spelling rewriting.
     With a ``pair``: its script, its normalisers, and spaces kept between words of ``tokens: word`` scripts.
     """
     spec = _spec(pair)
@@ -393,6 +400,17 @@ def normalize_keyword(text: str) -> str:
     the keyword stage follows the authors' literal matching.
     """
     return normalize_zh(text)
+
+
+def normalize_keyword_spans(text: str) -> str:
+    """`normalize_keyword` of each punctuation-separated span of ``text``, joined by "|" (empty spans
+    dropped).
+
+    A keyword searched in this form cannot join characters across a comma or a full stop: "盐，湖城" reads
+    "盐|湖城" and no longer contains "盐湖城", while "乔治·华盛顿" still reads "乔治华盛顿".
+    """
+    spans = (normalize_keyword(span) for span in _KEYWORD_BREAK.split(unicodedata.normalize("NFKC", text)))
+    return KEYWORD_SPAN_SEPARATOR.join(span for span in spans if span)
 
 
 def split_middle_dot(text: str) -> list[str]:

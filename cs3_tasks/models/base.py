@@ -33,7 +33,9 @@ from typing import Any
 import numpy as np
 from lm_eval.api.model import LM
 
-from cs3_tasks.audio import AudioSource, load_audio, write_wav
+from cs3_tasks.audio import SAMPLE_RATE, AudioSource, load_audio, write_wav
+from cs3_tasks.cache import atomic_write
+from cs3_tasks.data import SETS
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +46,11 @@ ERRORS_FILE = "errors.jsonl"
 class SpeechRequest:
     """One lm-eval generate_until request, in the terms a speech model needs."""
 
-    index: int                  # position in the lm-eval request list
-    task: str                   # lm-eval task name, e.g. "cs3_knowledge"
-    qid: str                    # item id, names the saved wav
-    instruction: str            # the context lm-eval built (doc_to_text); may be ""
-    audio: AudioSource | None   # the query audio as the task gave it (bytes or a path)
+    index: int  # position in the lm-eval request list
+    task: str  # lm-eval task name, e.g. "cs3_knowledge"
+    qid: str  # item id, names the saved wav
+    instruction: str  # the context lm-eval built (doc_to_text); may be ""
+    audio: AudioSource | None  # the query audio as the task gave it (bytes or a path)
     gen_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -58,7 +60,7 @@ class SpeechReply:
 
     text: str
     audio: np.ndarray | None = None
-    sample_rate: int = 16_000
+    sample_rate: int = SAMPLE_RATE
 
 
 Outcome = SpeechReply | BaseException
@@ -95,6 +97,14 @@ def _is_array_tuple(value: Any) -> bool:
     return isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], np.ndarray)
 
 
+def set_of_task(task_name: str | None) -> str | None:
+    """``cs3_knowledge_en`` / ``cs3_knowledge_en_text`` -> ``knowledge_en``; None for other tasks."""
+    if not task_name:
+        return None
+    name = task_name.removeprefix("cs3_").removesuffix("_text")
+    return name if name in SETS else None
+
+
 def safe_name(text: str) -> str:
     """A file-system-safe name for a Qid, task or model label."""
     name = re.sub(r"[^\w.\-]+", "_", str(text)).strip("._")
@@ -122,7 +132,7 @@ def pick_device(requested: str | None) -> str:
 def chunked(items: Sequence, size: int) -> Iterator[Sequence]:
     size = max(1, int(size))
     for start in range(0, len(items), size):
-        yield items[start:start + size]
+        yield items[start : start + size]
 
 
 class SpeechLM(LM):
@@ -138,7 +148,7 @@ class SpeechLM(LM):
         output_dir: str | None = None,
         batch_size: int | str | None = 1,
         resume: bool = False,
-        max_batch_size: int | None = None,   # passed by lm-eval; unused
+        max_batch_size: int | None = None,  # passed by lm-eval; unused
         device: str | None = None,
         **unknown: Any,
     ) -> None:
@@ -165,7 +175,9 @@ class SpeechLM(LM):
         """One outcome per request: a SpeechReply or the exception that item raised."""
         raise NotImplementedError
 
-    def generate_all(self, requests: Sequence[SpeechRequest], done: Callable[[SpeechRequest, Outcome], None]) -> None:
+    def generate_all(
+        self, requests: Sequence[SpeechRequest], done: Callable[[SpeechRequest, Outcome], None]
+    ) -> None:
         """Run every request, calling ``done`` once per item. Default: chunks of ``batch_size``.
 
         A chunk that raises as a whole is retried item by item, so the failure lands on the item that
@@ -180,8 +192,12 @@ class SpeechLM(LM):
                 if len(chunk) == 1:
                     outcomes = [batch_error]
                 else:
-                    log.warning("%s: batch of %d failed (%s); retrying one by one",
-                                self.model_name, len(chunk), batch_error)
+                    log.warning(
+                        "%s: batch of %d failed (%s); retrying one by one",
+                        self.model_name,
+                        len(chunk),
+                        batch_error,
+                    )
                     outcomes = [self._one(req) for req in chunk]
             for req, outcome in zip(chunk, outcomes):
                 done(req, outcome)
@@ -195,11 +211,12 @@ class SpeechLM(LM):
     # -- helpers for subclasses ---------------------------------------------------------------
 
     @staticmethod
-    def query_audio(req: SpeechRequest, sample_rate: int = 16_000) -> np.ndarray:
+    def query_audio(req: SpeechRequest, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
         """The query waveform; a clear error naming the Qid when it is missing or unreadable."""
         if req.audio is None:
-            raise ItemError(f"{req.task}/{req.qid}: the request carries no query audio "
-                            "(does the task set doc_to_audio?)")
+            raise ItemError(
+                f"{req.task}/{req.qid}: the request carries no query audio (does the task set doc_to_audio?)"
+            )
         try:
             return load_audio(req.audio, sample_rate)
         except Exception as error:
@@ -220,8 +237,13 @@ class SpeechLM(LM):
             else:
                 todo.append(req)
         if previous:
-            log.info("%s: resume: %d of %d items already answered in %s",
-                     self.model_name, len(reqs) - len(todo), len(reqs), self.output_dir)
+            log.info(
+                "%s: resume: %d of %d items already answered in %s",
+                self.model_name,
+                len(reqs) - len(todo),
+                len(reqs),
+                self.output_dir,
+            )
 
         bar = tqdm(total=len(todo), desc=f"{self.model_name} speech generation", disable=disable_tqdm)
 
@@ -236,8 +258,9 @@ class SpeechLM(LM):
         missing = [reqs[i].qid for i, r in enumerate(results) if r is None]
         for i, r in enumerate(results):
             if r is None:  # a subclass that forgot an item: record it rather than crash lm-eval
-                results[i] = self._finish(reqs[i], ItemError(f"{reqs[i].qid}: no result produced"),
-                                          requests[i])
+                results[i] = self._finish(
+                    reqs[i], ItemError(f"{reqs[i].qid}: no result produced"), requests[i]
+                )
         if missing:
             log.error("%s: %d items produced no result: %s", self.model_name, len(missing), missing[:5])
         with self._write_lock:
@@ -293,16 +316,19 @@ class SpeechLM(LM):
     def _record_failure(self, req: SpeechRequest, error: BaseException) -> None:
         message = f"{type(error).__name__}: {error}"
         log.warning("%s: item %s/%s failed: %s", self.model_name, req.task, req.qid, message)
-        row = {"task": req.task, "Qid": req.qid, "model": self.label(), "error": message,
-               "traceback": "".join(traceback.format_exception(error))[-4000:],
-               "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        row = {
+            "task": req.task,
+            "Qid": req.qid,
+            "model": self.label(),
+            "error": message,
+            "traceback": "".join(traceback.format_exception(error))[-4000:],
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        }
         self._append_jsonl(self.output_dir / ERRORS_FILE, row)
 
     def responses_file(self, task: str) -> Path:
         """``<output_dir>/<set>.jsonl`` (``cs3_knowledge`` -> ``knowledge.jsonl``): the layout that
         ``cs3-bench score`` and ``cs3-precomputed`` read, so a run's outputs can be re-scored as they are."""
-        from cs3_tasks.models.precomputed import set_of_task
-
         return self.output_dir / f"{set_of_task(task) or safe_name(task)}.jsonl"
 
     def _append_row(self, req: SpeechRequest, text: str, audio_path: str | None, error: BaseException | None):
@@ -327,9 +353,7 @@ class SpeechLM(LM):
                     latest[str(json.loads(line)["Qid"])] = line
                 except (json.JSONDecodeError, KeyError, TypeError):
                     continue  # a half-written line of a killed run
-            tmp = path.with_suffix(".jsonl.tmp")
-            tmp.write_text("".join(line + "\n" for line in latest.values()), encoding="utf-8")
-            tmp.replace(path)
+            atomic_write(path, "".join(line + "\n" for line in latest.values()))
 
     def _append_jsonl(self, path: Path, row: dict) -> None:
         with self._write_lock:

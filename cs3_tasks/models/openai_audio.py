@@ -10,9 +10,9 @@ channel.
         --model_args base_url=https://api.openai.com/v1,model=gpt-4o-audio-preview,voice=alloy \
         --tasks cs3_knowledge
 
-Requests run in a bounded thread pool (``max_concurrency``), each with a ``timeout`` and
-``max_retries`` retries with exponential backoff on connection errors, timeouts, 408/409/429 and
-5xx. An item that still fails is recorded for that item (see ``base.py``); the run continues.
+Requests run in a bounded thread pool (``max_concurrency``), each with a ``timeout`` and up to
+``max_retries`` retries by the shared policy of ``cs3_tasks.chat_api`` (backoff from ``retry_wait``
+seconds). An item that still fails is recorded for that item (see ``base.py``); the run continues.
 """
 
 from __future__ import annotations
@@ -28,63 +28,14 @@ from typing import Any
 import numpy as np
 from lm_eval.api.registry import register_model
 
+from cs3_tasks.audio import SAMPLE_RATE
+from cs3_tasks.chat_api import RetryPolicy, chat, chat_url
 from cs3_tasks.models.base import ItemError, Outcome, SpeechLM, SpeechReply, SpeechRequest, as_bool
 
 log = logging.getLogger(__name__)
 
-RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
-
-class EndpointError(RuntimeError):
-    """An HTTP error from the endpoint; ``retryable`` says whether trying again may help."""
-
-    def __init__(self, message: str, retryable: bool):
-        super().__init__(message)
-        self.retryable = retryable
-
-
-def post_chat(session: Any, url: str, body: dict, *, api_key_env: str, timeout: float, max_retries: int,
-              retry_wait: float) -> dict:
-    """POST one chat-completions body; retries (tenacity, exponential backoff) transient failures only.
-
-    Also used by ``cs3-cascade`` for its OpenAI-compatible text LLM.
-    """
-    import requests
-    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
-
-    headers = {"Content-Type": "application/json"}
-    key = os.environ.get(api_key_env)
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-
-    def once() -> dict:
-        try:
-            response = session.post(url, json=body, headers=headers, timeout=timeout)
-        except (requests.ConnectionError, requests.Timeout) as error:
-            raise EndpointError(f"{type(error).__name__}: {error}", retryable=True) from error
-        if response.status_code != 200:
-            raise EndpointError(f"HTTP {response.status_code} from {url}: {response.text[:300]}",
-                                retryable=response.status_code in RETRYABLE_STATUS)
-        try:
-            return response.json()
-        except ValueError as error:
-            raise EndpointError(f"reply is not JSON: {response.text[:300]}", retryable=True) from error
-
-    retrying = Retrying(
-        stop=stop_after_attempt(max(0, max_retries) + 1),
-        wait=wait_exponential(multiplier=retry_wait, max=60),
-        retry=retry_if_exception(lambda e: isinstance(e, EndpointError) and e.retryable),
-        reraise=True,
-    )
-    return retrying(once)
-
-
-def chat_url(base_url: str) -> str:
-    url = base_url.rstrip("/")
-    return url if url.endswith("/chat/completions") else url + "/chat/completions"
-
-
-def wav_base64(audio: np.ndarray, sample_rate: int = 16_000) -> str:
+def wav_base64(audio: np.ndarray, sample_rate: int = SAMPLE_RATE) -> str:
     """16-bit PCM WAV, base64: the payload of an ``input_audio`` content part."""
     import soundfile as sf
 
@@ -109,17 +60,20 @@ def parse_reply(body: dict) -> SpeechReply:
     try:
         message = body["choices"][0]["message"]
     except (KeyError, IndexError, TypeError) as error:
-        raise ItemError(f"malformed chat-completions reply (no choices[0].message): {str(body)[:300]}") from error
+        raise ItemError(
+            f"malformed chat-completions reply (no choices[0].message): {str(body)[:300]}"
+        ) from error
     audio_part = message.get("audio") or {}
     content = message.get("content")
     if isinstance(content, list):  # some servers return content parts
         content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
     text = content if isinstance(content, str) and content.strip() else (audio_part.get("transcript") or "")
-    audio, rate = None, 16_000
+    audio, rate = None, SAMPLE_RATE
     if audio_part.get("data"):
         try:
-            audio, rate = sf.read(io.BytesIO(base64.b64decode(audio_part["data"])), dtype="float32",
-                                  always_2d=False)
+            audio, rate = sf.read(
+                io.BytesIO(base64.b64decode(audio_part["data"])), dtype="float32", always_2d=False
+            )
         except Exception as error:
             raise ItemError(f"reply audio is not a decodable WAV: {error}") from error
         if audio.ndim == 2:
@@ -159,6 +113,7 @@ class OpenAIAudioLM(SpeechLM):
         self.timeout = float(timeout)
         self.max_retries = max(0, int(max_retries))
         self.retry_wait = float(retry_wait)
+        self.retry_policy = RetryPolicy(self.max_retries, backoff_initial=self.retry_wait, backoff_max=60.0)
         self.max_tokens = int(max_tokens) if max_tokens else None
         import requests
 
@@ -170,7 +125,7 @@ class OpenAIAudioLM(SpeechLM):
         return self.model
 
     def request_body(self, req: SpeechRequest) -> dict:
-        audio = self.query_audio(req, 16_000)
+        audio = self.query_audio(req, SAMPLE_RATE)
         instruction = req.instruction if self.send_instruction else ""
         body: dict[str, Any] = {
             "model": self.model,
@@ -187,12 +142,22 @@ class OpenAIAudioLM(SpeechLM):
 
     def ask(self, req: SpeechRequest) -> SpeechReply:
         body = self.request_body(req)  # bad query audio fails here, without a network call
-        reply = parse_reply(post_chat(self._session, self.url, body, api_key_env=self.api_key_env,
-                                      timeout=self.timeout, max_retries=self.max_retries,
-                                      retry_wait=self.retry_wait))
+        reply = parse_reply(
+            chat(
+                self.url,
+                body,
+                api_key=os.environ.get(self.api_key_env),
+                timeout=self.timeout,
+                policy=self.retry_policy,
+                session=self._session,
+            )
+        )
         if reply.audio is None:
-            log.warning("cs3-openai-audio: %s/%s: reply has text but no audio (speech channel missing)",
-                        req.task, req.qid)
+            log.warning(
+                "cs3-openai-audio: %s/%s: reply has text but no audio (speech channel missing)",
+                req.task,
+                req.qid,
+            )
         return reply
 
     def generate_batch(self, requests: Sequence[SpeechRequest]) -> list[Outcome]:
@@ -204,8 +169,9 @@ class OpenAIAudioLM(SpeechLM):
                 outcomes.append(error)
         return outcomes
 
-    def generate_all(self, requests: Sequence[SpeechRequest],
-                     done: Callable[[SpeechRequest, Outcome], None]) -> None:
+    def generate_all(
+        self, requests: Sequence[SpeechRequest], done: Callable[[SpeechRequest, Outcome], None]
+    ) -> None:
         # Each request is independent: a bounded thread pool keeps max_concurrency in flight.
         with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
             futures = {pool.submit(self.ask, req): req for req in requests}
