@@ -45,6 +45,16 @@ def audio_label(audio: Any) -> str | None:
     return IN_MEMORY_AUDIO
 
 
+def repair_text(text: str) -> tuple[str, str | None]:
+    """``text`` made encodable (`text.valid_unicode`) and the problem to record when it was not."""
+    from cs3_tasks import text as text_module
+
+    bad = text_module.lone_surrogates(text)
+    if not bad:
+        return text, None
+    return text_module.valid_unicode(text), f"text response has {bad} lone surrogates, replaced by U+FFFD"
+
+
 def join_problems(*problems: str | None) -> str | None:
     """The problems that are set, joined with "; " (None when there is none)."""
     kept = [p for p in problems if p]
@@ -124,6 +134,9 @@ def _parse_line(line: str, line_no: int, path: Path, outputs_dir: Path, authors_
         )  # kept: an empty answer is scored as not correct
     elif text is None:
         problem = join_problems(problem, "no text response")
+    if isinstance(text, str):
+        text, repair = repair_text(text)
+        problem = join_problems(problem, repair)
     if authors_layout:
         audio, audio_problem = _authors_wav(outputs_dir, qid)
     else:

@@ -105,7 +105,20 @@ def blank_record(set_name: str, qid: str, category: str | None, problem: str | N
             "speech_lsa": None,
         }
     )
+    record.update(note_keys(set_name))
     return record
+
+
+def note_keys(set_name: str) -> dict:
+    """The record's notes, all None until set: what the ASR transcript does not cover (``asr_note``,
+    Transcript.note) and what was cut to bound each judge exchange (Verdict.note)."""
+    notes: dict[str, None] = {"asr_note": None}
+    for ch in CHANNELS:
+        if set_name in KNOWLEDGE_SETS:
+            notes[f"{ch}_judge_note"] = None
+        else:
+            notes.update({f"{ch}_{aspect}_note": None for aspect in OPEN_ENDED_ASPECTS})
+    return notes
 
 
 def _keyword_hit(set_name: str, doc: Mapping, response: str) -> bool:
@@ -170,6 +183,7 @@ def _run_judge_jobs(
 
 def _apply_verdict(record: dict, job: _JudgeJob, verdict: Verdict) -> None:
     ch = job.channel
+    record[f"{ch}_judge_note" if job.aspect is None else f"{ch}_{job.aspect}_note"] = verdict.note
     if job.aspect is None:
         record[f"{ch}_judge_raw"] = verdict.raw
         if verdict.error or verdict.value is None:
@@ -315,6 +329,7 @@ def transcribe_outputs(
             record["problem"] = join_problems(record["problem"], f"ASR failed: {transcript.error}")
         else:
             record["transcript"], record["asr_language"] = transcript.text, transcript.language
+        record["asr_note"] = getattr(transcript, "note", None)
     return indices
 
 
@@ -635,7 +650,7 @@ def run_settings(asr: AsrConfig, asr_language: str | None, judge_config: JudgeCo
         "judge": None
         if judge_config is None
         else {
-            "base_url": judge_config.base_url,
+            "base_url": judge_config.public_base_url,
             "model": judge_config.model,
             "temperature": judge_config.temperature,
         },

@@ -258,7 +258,18 @@ def summary_markdown(summary: Mapping) -> str:
                 for k in ("acc_cs", "acc_en", "drop_abs", "drop_rel", "preserve")
             ]
             lines.append(f"| {ch} | " + " | ".join(cells) + " |")
+    lines += settings_lines(summary)
     return "\n".join(lines) + "\n"
+
+
+def settings_lines(summary: Mapping) -> list[str]:
+    """The judge a summary was made with, for the markdown (its URL through `judge.redact`)."""
+    from cs3_tasks.judge import redact
+
+    judge = (summary.get("settings") or {}).get("judge")
+    if not isinstance(judge, Mapping):
+        return []
+    return ["", f"judge: {judge.get('model')} at {redact(str(judge.get('base_url')))}"]
 
 
 def attach_cs_vs_en(summaries: MutableMapping[str, dict]) -> dict | None:

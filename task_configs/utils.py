@@ -159,7 +159,7 @@ class ScoreResponses(Filter):
 
 def model_output(doc: Mapping, responses: Any):
     """The scoring module's ModelOutput for one lm-eval response (the first of ``resps``)."""
-    from cs3_tasks.outputs import ModelOutput
+    from cs3_tasks.outputs import ModelOutput, join_problems, repair_text
     from cs3_tasks.speech import decode_payload
 
     qid = str(doc["Qid"])
@@ -170,10 +170,11 @@ def model_output(doc: Mapping, responses: Any):
     problem = payload.problem
     if problem and payload.text is None and payload.audio is None:
         return ModelOutput(qid, None, None, problem=problem)  # no output at all: channels "missing"
+    text, repair = repair_text(payload.text) if isinstance(payload.text, str) else (payload.text, None)
     if payload.audio is not None and not Path(payload.audio).is_file():
-        problem = f"speech file not found: {payload.audio}"
-        return ModelOutput(qid, payload.text, None, problem=problem)
-    return ModelOutput(qid, payload.text, payload.audio, problem=problem)
+        problem = join_problems(f"speech file not found: {payload.audio}", repair)
+        return ModelOutput(qid, text, None, problem=problem)
+    return ModelOutput(qid, text, payload.audio, problem=join_problems(problem, repair))
 
 
 def judge_config(settings: Mapping[str, Any]):

@@ -1,0 +1,106 @@
+"""Issue 12 (reliability) at the level of whole runs: hostile outputs files, judge failures, a shared
+``--out``, lm-eval metadata. Each test failed on the code before its fix. Fakes from test_scoring."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cs3_tasks import scoring
+
+try:  # tests/ is on sys.path under pytest's default import mode
+    from test_scoring import FakeASR, FakeJudge, _args, _authors_layout, _cli_fixture
+except ImportError:  # pragma: no cover
+    from tests.test_scoring import FakeASR, FakeJudge, _args, _authors_layout, _cli_fixture
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("CS3_BENCH_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def fakes(monkeypatch):
+    asr = FakeASR({})
+    judge = FakeJudge()
+    monkeypatch.setattr("cs3_tasks.asr.transcribe_batch", asr)
+    monkeypatch.setattr("cs3_tasks.judge.judge_knowledge", judge.knowledge)
+    monkeypatch.setattr("cs3_tasks.judge.judge_open_ended", judge.open_ended)
+    return asr, judge
+
+
+def _records(out: Path, set_name: str = "knowledge") -> dict[str, dict]:
+    return scoring.read_records(out / f"{set_name}.records.jsonl")
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. lone surrogates in a response
+
+
+def test_lone_surrogate_in_a_response_is_a_per_item_problem(tmp_path, fakes):
+    asr, _ = fakes
+    outputs, dataset = _cli_fixture(tmp_path, asr)
+    path = outputs / "json" / "knowledge.json"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    # valid JSON (ASCII escapes), half an emoji in k-001's response
+    lines[1] = json.dumps({"Qid": "k-001", "Response": "RIGHT \ud83d half an emoji"})
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "result"
+    for _ in range(2):  # the re-run reads the records written by the first run
+        assert scoring.run(_args(outputs, out, dataset)) == 0
+        records = _records(out)
+        scored = [r for q, r in records.items() if q != "k-999"]
+        assert len(records) == 7 and all(r["text_status"] != "missing" for r in scored)
+        record = records["k-001"]
+        assert record["text"] == "RIGHT \ufffd half an emoji"
+        assert "text response has 1 lone surrogates, replaced by U+FFFD" in record["problem"]
+        assert record["text_correct"] is True
+
+
+def test_lm_eval_model_output_repairs_lone_surrogates():
+    from cs3_tasks.task_configs import utils
+
+    output = utils.model_output({"Qid": "k-1"}, ["abc \udc00"])
+    assert output.text == "abc \ufffd" and "1 lone surrogates" in output.problem
+    json.dumps(output.text, ensure_ascii=False).encode("utf-8")
+
+
+def test_records_carry_asr_and_judge_notes(tmp_path, monkeypatch):
+    from cs3_tasks.asr import Transcript
+    from cs3_tasks.judge import Verdict
+    from cs3_tasks.outputs import ModelOutput
+
+    monkeypatch.setattr(
+        "cs3_tasks.asr.transcribe_batch",
+        lambda audios, language=None, **kw: [Transcript("x", "zh", note="audio cut") for _ in audios],
+    )
+    monkeypatch.setattr(
+        "cs3_tasks.judge.judge_knowledge",
+        lambda items, config, **kw: [Verdict(True, "ok", note="judge request cut") for _ in items],
+    )
+    wav = tmp_path / "a.wav"
+    wav.write_bytes(b"RIFF")
+    docs = [{"Qid": "k-0", "Question": "q", "Answer_zh": "答", "Answer_en": "ans", "Category": "Acoustic"}]
+    from test_scoring import JUDGE
+
+    (record,) = scoring.score_batch(
+        "knowledge", docs, [ModelOutput("k-0", "nope", str(wav))], judge=JUDGE, progress=False
+    )
+    assert record["asr_note"] == "audio cut"
+    assert record["text_judge_note"] == record["speech_judge_note"] == "judge request cut"
+
+
+def test_settings_and_summary_never_hold_url_credentials(tmp_path, fakes):
+    asr, _ = fakes
+    outputs, dataset = _cli_fixture(tmp_path, asr)
+    out = tmp_path / "result"
+    args = _args(
+        outputs, out, dataset, judge_base_url="http://user:s3cretpw@127.0.0.1:9/v1?api-key=k3yk3y&v=1"
+    )
+    assert scoring.run(args) == 0
+    for name in ("knowledge.settings.json", "knowledge.summary.json", "knowledge.summary.md"):
+        written = (out / name).read_text(encoding="utf-8")
+        assert "s3cretpw" not in written and "k3yk3y" not in written, name
+    assert "v=1" in (out / "knowledge.settings.json").read_text(encoding="utf-8")
