@@ -8,6 +8,7 @@ Problems of single items (bad JSON line, empty response, missing wav) are carrie
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import re
@@ -93,19 +94,65 @@ _QID_IN_BROKEN_LINE = re.compile(r'"Qid"\s*:\s*"([^"]+)"')
 
 def _read_lines(path: Path, outputs_dir: Path, *, authors_layout: bool) -> dict[str, ModelOutput]:
     outputs: dict[str, ModelOutput] = {}
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
+    lines = decoded_lines(path)
+    for line_no, line in lines:
+        if isinstance(line, str):
             output = _parse_line(line, line_no, path, outputs_dir, authors_layout)
-            if output.qid in outputs:  # keep the first answer, say so on it
-                first = outputs[output.qid]
-                first.problem = join_problems(
-                    first.problem, f"duplicate Qid: line {line_no} of {path.name} ignored"
-                )
-                continue
-            outputs[output.qid] = output
+        else:
+            output = _undecodable_line(line, line_no, path, outputs_dir, authors_layout)
+        if output.qid in outputs:  # keep the first answer, say so on it
+            first = outputs[output.qid]
+            first.problem = join_problems(
+                first.problem, f"duplicate Qid: line {line_no} of {path.name} ignored"
+            )
+            continue
+        outputs[output.qid] = output
     return outputs
+
+
+def decoded_lines(path: Path) -> list[tuple[int, str | UnicodeDecodeError]]:
+    """The non-blank lines of an outputs file, each decoded strictly as UTF-8 (a BOM is allowed), or the
+    decoding error of a line that is not UTF-8. Raises ValueError naming the file when most lines are not
+    (the file is in another encoding: scoring it would score garbage)."""
+    lines: list[tuple[int, str | UnicodeDecodeError]] = []
+    content = Path(path).read_bytes()
+    if content.startswith(codecs.BOM_UTF8):
+        content = content[len(codecs.BOM_UTF8) :]
+    for line_no, raw in enumerate(content.splitlines(), start=1):
+        try:
+            line: str | UnicodeDecodeError = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = exc
+        if isinstance(line, str) and not line.strip():
+            continue
+        lines.append((line_no, line))
+    bad = [(n, e) for n, e in lines if isinstance(e, UnicodeDecodeError)]
+    if bad and 2 * len(bad) > len(lines):
+        first_no, first = bad[0]
+        raise ValueError(
+            f"{path}: {len(bad)} of {len(lines)} lines are not UTF-8 (first: line {first_no}, byte "
+            f"{first.start}){_encoding_hint(first.object)}; expected UTF-8: re-save the file as UTF-8"
+        )
+    return lines
+
+
+def _encoding_hint(raw: bytes) -> str:
+    try:
+        raw.decode("gb18030")
+    except UnicodeDecodeError:
+        return ""
+    return " (looks like GBK)"
+
+
+def _undecodable_line(
+    exc: UnicodeDecodeError, line_no: int, path: Path, outputs_dir: Path, authors_layout: bool
+) -> ModelOutput:
+    where = f"{path.name} line {line_no}"
+    found = _QID_IN_BROKEN_LINE.search(exc.object.decode("utf-8", errors="replace"))
+    qid = found.group(1) if found else f"<{where}>"
+    audio, audio_problem = _authors_wav(outputs_dir, qid) if (authors_layout and found) else (None, None)
+    problem = f"{where} is not UTF-8 (byte {exc.start}){_encoding_hint(exc.object)}: expected UTF-8"
+    return ModelOutput(qid, None, audio, join_problems(problem, audio_problem))
 
 
 def _parse_line(line: str, line_no: int, path: Path, outputs_dir: Path, authors_layout: bool) -> ModelOutput:

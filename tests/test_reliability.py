@@ -104,3 +104,39 @@ def test_settings_and_summary_never_hold_url_credentials(tmp_path, fakes):
         written = (out / name).read_text(encoding="utf-8")
         assert "s3cretpw" not in written and "k3yk3y" not in written, name
     assert "v=1" in (out / "knowledge.settings.json").read_text(encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. outputs files that are not UTF-8
+
+
+def _gbk_fixture(tmp_path: Path, asr: FakeASR, gbk_lines: set[int]) -> tuple[Path, Path]:
+    outputs, dataset = _cli_fixture(tmp_path, asr)
+    path = outputs / "json" / "knowledge.json"
+    lines = [line.replace("RIGHT", "对RIGHT") for line in path.read_text(encoding="utf-8").splitlines()]
+    encoded = [line.encode("gbk") if i in gbk_lines else line.encode("utf-8") for i, line in enumerate(lines)]
+    path.write_bytes(b"\xef\xbb\xbf" + b"\n".join(encoded) + b"\n")  # a BOM is fine
+    return outputs, dataset
+
+
+def test_a_gbk_line_is_a_per_item_problem_naming_file_line_and_encoding(tmp_path, fakes):
+    asr, _ = fakes
+    outputs, dataset = _gbk_fixture(tmp_path, asr, gbk_lines={0})  # k-000: "答案0" in GBK
+    out = tmp_path / "result"
+    assert scoring.run(_args(outputs, out, dataset)) == 0
+    records = _records(out)
+    record = records["k-000"]
+    assert "knowledge.json line 1 is not UTF-8" in record["problem"]
+    assert "looks like GBK" in record["problem"] and "expected UTF-8" in record["problem"]
+    assert record["text"] is None and record["text_status"] == "missing"
+    assert records["k-002"]["text_status"] == "keyword"  # the UTF-8 lines (and the BOM) read as before
+
+
+def test_a_gbk_file_is_a_clear_error_not_a_score(tmp_path, fakes, capsys):
+    asr, _ = fakes
+    outputs, dataset = _gbk_fixture(tmp_path, asr, gbk_lines=set(range(7)))
+    out = tmp_path / "result"
+    assert scoring.run(_args(outputs, out, dataset)) == 2
+    err = capsys.readouterr().err
+    assert "knowledge.json" in err and "not UTF-8" in err and "GBK" in err and "expected UTF-8" in err
+    assert not (out / "knowledge.summary.json").exists()
