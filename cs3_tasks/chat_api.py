@@ -34,6 +34,15 @@ class EndpointError(RuntimeError):
         self.cause, self.retryable, self.raw, self.retry_after = cause, retryable, raw, retry_after
 
 
+class AuthenticationError(EndpointError):
+    """HTTP 401/403: the endpoint refused the credentials. Every further request would fail the same way,
+    so callers stop the run instead of recording one error per item."""
+
+    def __init__(self, cause: str, status: int):
+        super().__init__(cause, retryable=False)
+        self.status = status
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     max_retries: int = 3  # retries after the first attempt
@@ -146,6 +155,8 @@ def post_chat(
         raise EndpointError(
             f"HTTP {status}: {snippet(text)}", retryable=True, retry_after=_retry_after(response)
         )
+    if status in (401, 403):
+        raise AuthenticationError(f"HTTP {status}: {snippet(text)}", status)
     if status >= 400:
         raise EndpointError(f"HTTP {status} (not retried): {snippet(text)}", retryable=False)
     try:

@@ -35,6 +35,7 @@ import requests
 
 from cs3_tasks.cache import SqliteCache, cache_dir, stable_key
 from cs3_tasks.chat_api import (
+    AuthenticationError,
     EndpointError,
     RetryPolicy,
     call_with_retries,
@@ -88,6 +89,11 @@ _KNOWN_KEY_ENVS = {
 
 class JudgeConfigError(ValueError):
     """The judge cannot run as configured (missing API key, bad URL...): raised before any request."""
+
+
+class JudgeAuthError(RuntimeError):
+    """The judge endpoint refused the credentials (HTTP 401/403): the run stops at once (every request would
+    fail the same way); the message names the endpoint (redacted) and the key's variable."""
 
 
 class UnparseableReply(ValueError):
@@ -563,6 +569,15 @@ def _ask_one(
 
     try:
         return call_with_retries(attempt, config.retry_policy)
+    except AuthenticationError as exc:
+        key_hint = (
+            f"the key in ${config.api_key_env}" if config.api_key_env else "no API key (api_key_env is '')"
+        )
+        raise JudgeAuthError(
+            f"LLM judge {config.model} at {config.public_base_url} refused the credentials "
+            f"({redact(exc.cause, *secrets)}); sent {key_hint}. Fix the key or the endpoint and re-run "
+            "(finished records are kept)."
+        ) from None
     except EndpointError as exc:
         if not exc.retryable:
             return _error_verdict(exc.cause, exc.raw, request_note)
@@ -654,6 +669,8 @@ def _run_pending(
         with ThreadPoolExecutor(max_workers=min(config.max_concurrency, len(pending))) as pool:
             futures = {pool.submit(work, key): key for key in pending}
             for future in as_completed(futures):
+                if isinstance(future.exception(), JudgeAuthError):
+                    pool.shutdown(wait=False, cancel_futures=True)  # stop at once: every request would fail
                 results[futures[future]] = future.result()
                 if bar is not None:
                     bar.update(1)

@@ -105,6 +105,7 @@ def leaderboard_rows(models: Mapping[str, Mapping[str, dict]]) -> list[dict]:
         for ch in CHANNELS:
             row[f"acc_{ch}_cs"] = _value(((cs or {}).get(ch) or {}).get("accuracy"))
             row[f"acc_{ch}_en"] = _value(((en or {}).get(ch) or {}).get("accuracy"))
+            row.update(incomplete_cells(ch, cs, en))
             row[f"drop_{ch}"] = comparison[ch]["drop_abs"]
             row[f"preserve_{ch}"] = comparison[ch]["preserve"]
             row[f"lsa_{ch}"] = _pooled(summaries, "lsa", ch)
@@ -116,6 +117,19 @@ def leaderboard_rows(models: Mapping[str, Mapping[str, dict]]) -> list[dict]:
         return tuple(-(row[k] if row[k] is not None else -1.0) for k in ("acc_speech_cs", "acc_text_cs"))
 
     return sorted(rows, key=sort_key)
+
+
+def incomplete_cells(ch: str, cs: Mapping | None, en: Mapping | None) -> dict:
+    """``acc_<ch>_<cs|en>_incomplete``: the bounds to show instead of the accuracy of a set that lacks
+    verdicts (a bare number would hide that the missing ones may all be wrong)."""
+    from cs3_tasks.summary import incomplete_entry
+
+    cells = {}
+    for suffix, summary in (("cs", cs), ("en", en)):
+        entry = ((summary or {}).get(ch) or {}).get("accuracy") or {}
+        if entry.get("complete") is False and entry.get("bounds"):
+            cells[f"acc_{ch}_{suffix}_incomplete"] = incomplete_entry(entry)
+    return cells
 
 
 def _cell(value: float | str | None) -> str:
@@ -131,7 +145,9 @@ def leaderboard_markdown(rows: Sequence[dict]) -> str:
         "| " + " | ".join(HEADERS[c] for c in COLUMNS) + " |",
         "| " + " | ".join("---" if c == "model" else "---:" for c in COLUMNS) + " |",
     ]
-    lines += ["| " + " | ".join(_cell(row[c]) for c in COLUMNS) + " |" for row in rows]
+    lines += [
+        "| " + " | ".join(row.get(f"{c}_incomplete") or _cell(row[c]) for c in COLUMNS) + " |" for row in rows
+    ]
     notes = [
         "",
         (

@@ -693,7 +693,11 @@ def run(args: argparse.Namespace) -> int:
             on_record=append,
         )
 
-    final = store.score_pending(docs, outputs, score, doc_id=lambda doc: str(doc["Qid"]), label=set_name)
+    try:
+        final = store.score_pending(docs, outputs, score, doc_id=lambda doc: str(doc["Qid"]), label=set_name)
+    except judge.JudgeAuthError as exc:  # every request would fail the same way: stop, keep what is done
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     result = summary.summarize(set_name, final)
     result["model"] = args.model_name or Path(args.outputs).resolve().name
     result["settings"] = settings
@@ -706,4 +710,27 @@ def run(args: argparse.Namespace) -> int:
             if other != set_name:
                 summary.write_summary(out, other_summary)
     print(summary.write_summary(out, result))
+    failed, asked = judge_failures(final)
+    if 2 * failed > asked:
+        print(
+            f"error: {failed} of {asked} judge verdicts of this run failed (see the *_error fields of "
+            f"{store.path}); the summary is incomplete. Re-run to retry them.",
+            file=sys.stderr,
+        )
+        return 3
     return 0
+
+
+def judge_failures(records: Iterable[Mapping]) -> tuple[int, int]:
+    """(failed, asked): the judge verdicts of these records that failed, of all those the judge was asked."""
+    failed = asked = 0
+    for record in records:
+        for ch in CHANNELS:
+            for kind in ("judge", "relevance", "semantic"):
+                if f"{ch}_{kind}_error" not in record:
+                    continue
+                error = bool(record[f"{ch}_{kind}_error"])
+                value = record.get(f"{ch}_{kind}")
+                asked += error or value is not None
+                failed += error
+    return failed, asked

@@ -59,6 +59,7 @@ def _channel_summary(set_name: str, records: Sequence[dict], ch: str) -> dict | 
         summary["n_unresolved"] = statuses.get("unresolved", 0)  # counted as not correct
         summary["n_missing"] = statuses.get("missing", 0)  # excluded: no response on this channel
         summary["n_empty"] = statuses.get("empty", 0)  # counted as not correct: the model said nothing
+        with_bounds(summary["accuracy"], summary["n_judge_error"])
         categories = sorted({r["category"] for r in records if r["category"] is not None})
         summary["by_category"] = {}
         for category in categories:
@@ -66,6 +67,7 @@ def _channel_summary(set_name: str, records: Sequence[dict], ch: str) -> dict | 
             entry = metrics.rate([r[f"{ch}_correct"] for r in in_cat])
             entry["n_judge_error"] = sum(1 for r in in_cat if r[f"{ch}_status"] == "judge_error")
             entry["n_unresolved"] = sum(1 for r in in_cat if r[f"{ch}_status"] == "unresolved")
+            with_bounds(entry, entry["n_judge_error"])
             summary["by_category"][category] = entry
     else:
         summary["understanding_rate"] = metrics.understanding_rate([r[f"{ch}_relevance"] for r in applicable])
@@ -76,11 +78,34 @@ def _channel_summary(set_name: str, records: Sequence[dict], ch: str) -> dict | 
         summary["n_unscored"] = sum(
             1 for r in applicable if r[f"{ch}_relevance"] is None and not r[f"{ch}_relevance_error"]
         )
+        with_bounds(summary["understanding_rate"], summary["n_relevance_error"])
+        with_bounds(summary["mean_relevance"], summary["n_relevance_error"], worst=1.0, best=5.0)
+        with_bounds(summary["mean_semantic"], summary["n_semantic_error"], worst=1.0, best=5.0)
     summary["lsa"] = metrics.rate([r[f"{ch}_lsa"] for r in applicable])
     summary["language_counts"] = dict(
         Counter(r[f"{ch}_language"] for r in records if r[f"{ch}_language"] is not None)
     )
     return summary
+
+
+def with_bounds(entry: dict, n_missing: int, *, worst: float = 0.0, best: float = 1.0) -> dict:
+    """Mark a rate (or mean score) with the verdicts it lacks: ``complete`` (no verdict missing),
+    ``n_missing_verdict`` and ``bounds`` = [all missing ones ``worst``, all ``best``] (None without data).
+
+    A missing verdict (judge error, transport failure) is not an excluded item: the items that reach the
+    judge are those the keyword stage rejected, so the rate over the rest alone is biased upward."""
+    n, value = entry.get("n") or 0, entry.get("value")
+    entry["complete"] = n_missing == 0
+    entry["n_missing_verdict"] = n_missing
+    if n + n_missing == 0:
+        entry["bounds"] = None
+    else:
+        total = (value or 0.0) * n
+        entry["bounds"] = [
+            (total + worst * n_missing) / (n + n_missing),
+            (total + best * n_missing) / (n + n_missing),
+        ]
+    return entry
 
 
 def item_counts(records: Sequence[dict], *, noun: str = "Qid") -> tuple[list[dict], dict]:
@@ -166,6 +191,8 @@ def compare_cs_en(cs_summary: Mapping, en_summary: Mapping) -> dict:
 
 def format_entry(entry: Mapping | None, percent: bool = True) -> str:
     """``value [ci_low, ci_high]`` of a metric entry, in % or with 3 decimals; "n/a" without a value."""
+    if entry and entry.get("complete") is False and entry.get("bounds"):
+        return incomplete_entry(entry, percent)
     if not entry or entry.get("value") is None:
         return "n/a"
     value = entry["value"]
@@ -174,6 +201,16 @@ def format_entry(entry: Mapping | None, percent: bool = True) -> str:
         text = f"{100 * value:.1f}%"
         return text + (f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else "")
     return f"{value:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+
+
+def incomplete_entry(entry: Mapping, percent: bool = True) -> str:
+    """A rate that lacks verdicts, shown as its bounds (all missing wrong .. all missing right)."""
+    low, high = entry["bounds"]
+    if percent:
+        span = f"{100 * low:.1f}-{100 * high:.1f}%"
+    else:
+        span = f"{low:.3f}-{high:.3f}"
+    return f"incomplete: {span} ({entry['n_missing_verdict']} verdicts missing)"
 
 
 def summary_markdown(summary: Mapping) -> str:

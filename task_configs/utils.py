@@ -244,6 +244,9 @@ OPEN_ENDED_METRICS = [
     "judge_errors",
     "asr_errors",
 ]
+# complete: 1 when no verdict is missing (else the rates exclude judge failures: see the summary's bounds);
+# items_with_problems: items with a recorded input problem (broken line, missing audio, ...)
+RELIABILITY_METRICS = ["complete", "items_with_problems"]
 _TEXT_ONLY_EXCLUDED = ("speech", "psr", "english_wer", "asr_errors")
 
 
@@ -254,7 +257,7 @@ def metric_names(set_name: str, variant: str = "audio") -> list[str]:
         names += CS_VS_EN_METRICS
     if variant == "text":
         names = [n for n in names if not any(part in n for part in _TEXT_ONLY_EXCLUDED)]
-    return names
+    return names + RELIABILITY_METRICS
 
 
 def process_results(doc: Mapping, results: Sequence[str]) -> dict[str, dict]:
@@ -346,9 +349,32 @@ agg_judge_errors = _count(
     ("speech", "n_semantic_error"),
 )
 agg_asr_errors = _count(("n_asr_error",))
+agg_items_with_problems = _count(("n_problems",))
+
+
+def agg_complete(records: Sequence[Mapping]) -> float:
+    """1.0 when every rate of the task has all its verdicts, 0.0 when one lacks some (its bounds are in
+    the summary), NaN without records."""
+    if not records:
+        return math.nan
+    return float(all(entry["complete"] for entry in _entries_with_completeness(_summary(records))))
+
+
+def _entries_with_completeness(node: Any) -> list[Mapping]:
+    if isinstance(node, Mapping):
+        found = [node] if "complete" in node else []
+        for value in node.values():
+            found += _entries_with_completeness(value)
+        return found
+    if isinstance(node, list):
+        return [e for value in node for e in _entries_with_completeness(value)]
+    return []
+
+
 agg_drop_text = _cs_vs_en("text", "drop_abs")
 agg_drop_speech = _cs_vs_en("speech", "drop_abs")
 agg_preserve_text = _cs_vs_en("text", "preserve")
 agg_preserve_speech = _cs_vs_en("speech", "preserve")
 
 LOWER_IS_BETTER = {"english_wer", "judge_errors", "asr_errors", "drop_text", "drop_speech"}
+LOWER_IS_BETTER |= {"items_with_problems"}

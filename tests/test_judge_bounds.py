@@ -8,7 +8,14 @@ import time
 import pytest
 
 from cs3_tasks import judge
-from cs3_tasks.judge import JudgeConfig, JudgeConfigError, KnowledgeItem, judge_knowledge, redact
+from cs3_tasks.judge import (
+    JudgeAuthError,
+    JudgeConfig,
+    JudgeConfigError,
+    KnowledgeItem,
+    judge_knowledge,
+    redact,
+)
 
 try:
     from judge_server import FakeJudgeServer, Reply
@@ -119,10 +126,11 @@ def test_a_server_echoing_the_key_never_gets_it_into_verdicts(tmp_path, monkeypa
 
     with FakeJudgeServer(echo) as server:
         config = _config(server.base_url, tmp_path, api_key_env="CS3_TEST_JUDGE_KEY")
-        [refused] = judge_knowledge([ITEM], config)
+        with pytest.raises(JudgeAuthError) as refused:  # 401 stops the run (issue 12 item 3)
+            judge_knowledge([ITEM], config)
         [accepted] = judge_knowledge([ITEM], config)
         assert server.requests[0].headers["Authorization"] == f"Bearer {KEY}"  # still sent
-    assert "401" in refused.error and KEY not in refused.error and KEY not in refused.raw
+    assert "401" in str(refused.value) and KEY not in str(refused.value)
     assert accepted.value is True and KEY not in accepted.raw
 
 

@@ -140,3 +140,99 @@ def test_a_gbk_file_is_a_clear_error_not_a_score(tmp_path, fakes, capsys):
     err = capsys.readouterr().err
     assert "knowledge.json" in err and "not UTF-8" in err and "GBK" in err and "expected UTF-8" in err
     assert not (out / "knowledge.summary.json").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. missing verdicts: bounds, not a biased headline; 401 stops the run; mostly failed -> exit 3
+
+
+def test_judge_errors_give_bounds_not_a_bare_rate(tmp_path, fakes):
+    from cs3_tasks import report
+
+    asr, _ = fakes
+    outputs, dataset = _cli_fixture(tmp_path, asr)
+    # speech: 6 judged, k-001 and k-003 break (judge_error); the rest RIGHT
+    asr.transcripts.update({"k-001.wav": "BROKEN", "k-003.wav": "BROKEN"})
+    out = tmp_path / "result"
+    assert scoring.run(_args(outputs, out, dataset)) == 0
+    summary = json.loads((out / "knowledge.summary.json").read_text(encoding="utf-8"))
+    speech = summary["speech"]["accuracy"]
+    assert speech["value"] == 1.0 and speech["complete"] is False and speech["n_missing_verdict"] == 2
+    assert speech["bounds"] == [4 / 6, 1.0]
+    assert summary["text"]["accuracy"]["complete"] is True
+    markdown = (out / "knowledge.summary.md").read_text(encoding="utf-8")
+    assert "incomplete: 66.7-100.0% (2 verdicts missing)" in markdown
+    assert "| speech | 100.0%" not in markdown
+    board = report.leaderboard_markdown(report.leaderboard_rows({"m": {"knowledge": summary}}))
+    assert "incomplete: 66.7-100.0%" in board
+
+
+def test_open_ended_judge_errors_give_bounds():
+    from cs3_tasks.summary import summarize
+
+    records = []
+    for i, relevance in enumerate([5, 4, None, None]):
+        record = scoring.blank_record("open_ended", f"o-{i}", None, None)
+        record.update(text="answer", text_relevance=relevance, text_semantic=relevance)
+        if relevance is None:
+            record["text_relevance_error"] = record["text_semantic_error"] = "judge_error: timeout"
+        records.append(record)
+    text = summarize("open_ended", records)["text"]
+    assert text["understanding_rate"]["complete"] is False and text["understanding_rate"]["bounds"] == [
+        0.5,
+        1.0,
+    ]
+    assert text["mean_relevance"]["bounds"] == [(5 + 4 + 1 + 1) / 4, (5 + 4 + 5 + 5) / 4]
+
+
+def test_judge_401_stops_the_run_with_a_clear_message(tmp_path, capsys, monkeypatch):
+    try:
+        from judge_server import FakeJudgeServer, Reply, constant
+    except ImportError:  # pragma: no cover
+        from tests.judge_server import FakeJudgeServer, Reply, constant
+
+    asr = FakeASR({})
+    monkeypatch.setattr("cs3_tasks.asr.transcribe_batch", asr)
+    outputs, dataset = _cli_fixture(tmp_path, asr)
+    out = tmp_path / "result"
+    with FakeJudgeServer(constant(Reply.error(401, "invalid api key"))) as server:
+        assert scoring.run(_args(outputs, out, dataset, judge_base_url=server.base_url)) == 2
+        # the first refusal stops the run: not one request per item (9 judged items here)
+        assert server.request_count < 9
+    err = capsys.readouterr().err
+    assert "refused the credentials" in err and "HTTP 401" in err
+    assert not (out / "knowledge.summary.json").exists()
+
+
+def test_run_with_mostly_failed_judge_calls_exits_3_after_writing_everything(tmp_path, fakes):
+    asr, _ = fakes
+    outputs, dataset = _cli_fixture(tmp_path, asr)
+    path = outputs / "json" / "knowledge.json"
+    path.write_text(path.read_text(encoding="utf-8").replace("RIGHT", "BROKEN"), encoding="utf-8")
+    asr.transcripts.update({f"k-{i:03d}.wav": "BROKEN" for i in range(6)})
+    out = tmp_path / "result"
+    assert scoring.run(_args(outputs, out, dataset)) == 3  # 9 of 9 judge calls failed
+    assert len(_records(out)) == 7
+    summary = json.loads((out / "knowledge.summary.json").read_text(encoding="utf-8"))
+    assert summary["speech"]["accuracy"]["bounds"] == [0.0, 1.0]
+
+
+def test_lm_eval_table_has_complete_flag_and_problem_count(fakes):
+    from cs3_tasks.task_configs import utils
+    from test_scoring import DOCS, JUDGE
+
+    from cs3_tasks.outputs import ModelOutput
+
+    assert {"complete", "items_with_problems"} <= set(utils.metric_names("knowledge", "text"))
+    outputs = [
+        ModelOutput("k-000", "盐湖城", None),
+        ModelOutput("k-001", "BROKEN", None),  # the judge fails on this one
+        ModelOutput("k-002", None, None, problem="bad JSON in knowledge.json line 3"),
+    ]
+    records = [
+        utils.compact(r) for r in scoring.score_batch("knowledge", DOCS, outputs, judge=JUDGE, progress=False)
+    ]
+    assert utils.agg_complete(records) == 0.0
+    assert utils.agg_items_with_problems(records) == 2.0  # the broken line, and k-003 without output
+    healthy = [utils.compact(r) for r in scoring.score_batch("knowledge", DOCS[:1], outputs[:1], judge=JUDGE)]
+    assert utils.agg_complete(healthy) == 1.0
