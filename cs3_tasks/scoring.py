@@ -476,6 +476,69 @@ class SettingsMismatchError(ValueError):
     """The records in a result dir were made with other settings than this run's."""
 
 
+class ResultDirBusy(RuntimeError):
+    """Another run holds the result dir's lock."""
+
+
+LOCK_FILE = ".cs3-bench.lock"
+# what identifies the scored system in <set>.settings.json: one result dir holds one system
+IDENTITY_KEYS = ("model", "outputs")
+
+
+@contextmanager
+def result_dir_lock(out: Path, *, wait: bool = False) -> Iterator[None]:
+    """Hold the exclusive lock of result dir ``out`` (``fcntl.flock`` on ``<out>/.cs3-bench.lock``, released
+    when the holder ends, even killed). Busy: ResultDirBusy naming the holder, or wait for it (``wait``)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - no flock on this platform: runs are not serialised
+        yield
+        return
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / LOCK_FILE, "a+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not wait:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                raise ResultDirBusy(
+                    f"{out} is in use by another cs3-bench run ({holder}); wait for it, pass --wait to "
+                    "queue behind it, or use another --out"
+                ) from None
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        import os
+
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def check_same_system(out: Path, settings: Mapping) -> None:
+    """SettingsMismatchError when another set of result dir ``out`` holds results of another system
+    (``IDENTITY_KEYS`` of its settings differ): one result dir holds one model's results."""
+    mine = {k: settings.get(k) for k in IDENTITY_KEYS}
+    for path in sorted(Path(out).glob("*.settings.json")):
+        try:
+            theirs = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        theirs = {k: theirs.get(k) for k in IDENTITY_KEYS} if isinstance(theirs, dict) else {}
+        if theirs != mine:
+            raise SettingsMismatchError(
+                f"{out} holds results of another system ({path.name}: model {theirs.get('model')!r}, "
+                f"outputs {theirs.get('outputs')!r}); this run scores model {mine['model']!r} from "
+                f"{mine['outputs']!r}. "
+                "Use another --out, or --restart to score this model here."
+            )
+
+
 def read_records(path: Path) -> dict[str, dict]:
     """The latest record per Qid in a records file; a torn last line (killed mid-write) is ignored."""
     records: dict[str, dict] = {}
@@ -529,6 +592,8 @@ class RecordsFile:
         from cs3_tasks.cache import atomic_write
 
         self.out.mkdir(parents=True, exist_ok=True)
+        if not restart and any(k in settings for k in IDENTITY_KEYS):
+            check_same_system(self.out, settings)
         if restart:
             self.path.unlink(missing_ok=True)
         if self.path.is_file() and self.settings_path.is_file():
@@ -631,6 +696,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--restart", action="store_true", help="discard existing records (caches still make the re-run cheap)"
     )
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument(
+        "--wait", action="store_true", help="wait for another run on the same --out (default: refuse)"
+    )
     asr.add_asr_arguments(parser)
     judge.add_judge_arguments(parser)
 
@@ -658,6 +726,23 @@ def run_settings(asr: AsrConfig, asr_language: str | None, judge_config: JudgeCo
 
 
 def run(args: argparse.Namespace) -> int:
+    """``cs3-bench score``: holds the result dir's lock (taken once the inputs are read) until every file
+    of the run is written."""
+    from contextlib import ExitStack
+
+    with ExitStack() as held:
+        return score_run(args, held)
+
+
+def system_identity(args: argparse.Namespace) -> dict:
+    """The scored system as <set>.settings.json records it (`IDENTITY_KEYS`)."""
+    return {
+        "model": args.model_name or Path(args.outputs).resolve().name,
+        "outputs": str(Path(args.outputs).resolve()),
+    }
+
+
+def score_run(args: argparse.Namespace, held) -> int:
     from cs3_tasks import asr, data, judge, summary
 
     set_name = args.set_name
@@ -675,10 +760,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     settings = run_settings(asr_config, ASR_LANGUAGE_HINT[set_name], judge_config)
+    settings.update(system_identity(args))
     store = RecordsFile(out, set_name)
     try:
+        held.enter_context(result_dir_lock(out, wait=getattr(args, "wait", False)))
         store.open(settings, restart=args.restart)
-    except SettingsMismatchError as exc:
+    except (SettingsMismatchError, ResultDirBusy) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
@@ -705,6 +792,8 @@ def run(args: argparse.Namespace) -> int:
     for other in summary.CS_EN_PAIR:  # the other knowledge set, when this result dir has it
         if other != set_name and set_name in summary.CS_EN_PAIR:
             summaries[other] = summary.read_summary(out, other)
+            if (summaries[other] or {}).get("model") != result["model"]:  # another system (--restart)
+                summaries[other] = None
     if summary.attach_cs_vs_en(summaries) is not None:
         for other, other_summary in summaries.items():
             if other != set_name:

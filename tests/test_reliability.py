@@ -236,3 +236,72 @@ def test_lm_eval_table_has_complete_flag_and_problem_count(fakes):
     assert utils.agg_items_with_problems(records) == 2.0  # the broken line, and k-003 without output
     healthy = [utils.compact(r) for r in scoring.score_batch("knowledge", DOCS[:1], outputs[:1], judge=JUDGE)]
     assert utils.agg_complete(healthy) == 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. a shared --out: one run at a time, one system per folder
+
+
+def test_a_second_run_on_a_locked_out_refuses_or_waits(tmp_path, fakes, capsys):
+    import threading
+
+    asr, _ = fakes
+    outputs, dataset = _cli_fixture(tmp_path, asr)
+    out = tmp_path / "result"
+    waited: list[int] = []
+    with scoring.result_dir_lock(out):
+        assert scoring.run(_args(outputs, out, dataset)) == 2
+        assert "is in use by another cs3-bench run" in capsys.readouterr().err
+        queued = threading.Thread(
+            target=lambda: waited.append(scoring.run(_args(outputs, out, dataset, wait=True)))
+        )
+        queued.start()
+        queued.join(0.5)
+        assert queued.is_alive() and not (out / "knowledge.summary.json").exists()  # blocked on the lock
+    queued.join()
+    assert waited == [0] and len(_records(out)) == 7
+
+
+def test_concurrent_waiting_runs_on_one_out_all_finish_consistently(tmp_path, fakes):
+    import threading
+
+    asr, _ = fakes
+    outputs, dataset = _cli_fixture(tmp_path, asr)
+    out = tmp_path / "result"
+    codes: list[int] = []
+    runs = [
+        threading.Thread(target=lambda: codes.append(scoring.run(_args(outputs, out, dataset, wait=True))))
+        for _ in range(4)
+    ]
+    for thread in runs:
+        thread.start()
+    for thread in runs:
+        thread.join()
+    assert codes == [0, 0, 0, 0]
+    summary = json.loads((out / "knowledge.summary.json").read_text(encoding="utf-8"))
+    assert summary["n_items"] == 6 and len(_records(out)) == 7
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_second_model_into_the_same_out_is_refused_unless_restart(tmp_path, fakes, capsys):
+    import shutil
+
+    asr, _ = fakes
+    outputs, dataset = _cli_fixture(tmp_path, asr)
+    other = tmp_path / "model-b"
+    shutil.copytree(outputs, other)
+    out = tmp_path / "result"
+    assert scoring.run(_args(outputs, out, dataset)) == 0
+    settings = json.loads((out / "knowledge.settings.json").read_text(encoding="utf-8"))
+    assert settings["model"] == "model-a" and settings["outputs"] == str(outputs.resolve())
+    assert scoring.run(_args(other, out, dataset)) == 2
+    assert "holds results of another system" in capsys.readouterr().err
+    en = tmp_path / "en.json"
+    en.write_text(dataset.read_text(encoding="utf-8"), encoding="utf-8")
+    (other / "json" / "knowledge.json").rename(other / "json" / "knowledge_en.json")
+    assert scoring.run(_args(other, out, en, set_name="knowledge_en")) == 2  # another set, same folder
+    assert "holds results of another system" in capsys.readouterr().err
+    assert json.loads((out / "knowledge.summary.json").read_text(encoding="utf-8"))["model"] == "model-a"
+    (other / "json" / "knowledge_en.json").rename(other / "json" / "knowledge.json")
+    assert scoring.run(_args(other, out, dataset, restart=True)) == 0
+    assert json.loads((out / "knowledge.summary.json").read_text(encoding="utf-8"))["model"] == "model-b"
