@@ -63,7 +63,7 @@ def load_conversation(
             "conversation task: dataset_kwargs must name the dataset `config` (e.g. belle_eval_s2s)"
         )
     resolved = load_pair(pair)  # fail now, naming the pair, rather than at scoring time
-    RUN.load_task(metadata)
+    cs3_utils.check_run_settings(RUN.load_task(metadata))
     ds = load_conversation_set(config, dataset)  # None: $CS3_BENCH_DATASET, else the Hub (cs3_tasks.data)
     rows = []
     for row in ds:

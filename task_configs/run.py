@@ -23,6 +23,39 @@ from typing import Any
 
 SETTING_KEYS = ("asr_model", "asr_backend", "asr_short_clips", "judge", "judge_model", "judge_base_url")
 _MAX_SUMMARIES = 64
+# lm-eval hands a task loader its --metadata merged with the model's model_args and the YAML's metadata,
+# so keys we do not know are legitimate; a key that looks like ours (a prefix, or a near miss) is a typo.
+OUR_PREFIXES = ("asr_", "judge_", "cs3_")
+OUR_KEYS = ("dataset", *SETTING_KEYS)
+_TYPES: dict[str, tuple[type, ...]] = {"judge": (str, bool)}
+
+
+class MetadataError(ValueError):
+    """The cs3 keys of lm-eval's --metadata are misspelled or of the wrong type (raised when the task
+    loads, before any generation)."""
+
+
+def check_metadata(metadata: Mapping[str, Any]) -> None:
+    """MetadataError listing every misspelled cs3 key (with the nearest known keys) and every value of the
+    wrong type; nothing when the cs3 keys are fine."""
+    import difflib
+
+    problems = []
+    for key, value in metadata.items():
+        if key in OUR_KEYS:
+            allowed = _TYPES.get(key, (str,))
+            if value is not None and not isinstance(value, allowed):
+                names = " or ".join(t.__name__ for t in allowed)
+                problems.append(f"{key!r} must be a {names}, got {type(value).__name__} {value!r}")
+            continue
+        near = difflib.get_close_matches(str(key), OUR_KEYS, n=3, cutoff=0.75)
+        if near or str(key).startswith(OUR_PREFIXES):
+            hint = f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
+            problems.append(f"unknown key {key!r}{hint}")
+    if problems:
+        raise MetadataError(
+            "cs3 --metadata: " + "; ".join(problems) + f". Known keys: {', '.join(OUR_KEYS)}."
+        )
 
 
 class LmEvalRun:
@@ -38,6 +71,7 @@ class LmEvalRun:
         if self.records:  # the previous run's filters ran: this loader belongs to a new run
             self.records.clear()
             self._summaries.clear()
+        check_metadata(metadata)
         self.settings = {k: metadata[k] for k in SETTING_KEYS if k in metadata}
         return self.settings
 

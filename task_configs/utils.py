@@ -45,12 +45,28 @@ def _load(set_name: str, dataset: str | None = None, **metadata: Any):
 
     from cs3_tasks import data
 
-    RUN.load_task(metadata)
+    check_run_settings(RUN.load_task({"dataset": dataset, **metadata}))
     ds = data.load_set(set_name, dataset)
     rows = [dict(row) for row in ds]
     for row in rows:
         row["audio"] = query_audio_path(row.get("audio"), row.get("Qid"))
     return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
+
+
+def check_run_settings(settings: Mapping[str, Any]) -> None:
+    """Build the run's judge and ASR configuration now, when the task loads: a bad key, URL or backend is
+    one clear error before the model generates anything (not after hours of generation)."""
+    from argparse import Namespace
+
+    from cs3_tasks.asr import asr_config_from_args
+    from cs3_tasks.judge import JudgeConfigError
+
+    try:
+        judge_config(settings)
+        asr_config(settings).resolved()
+        asr_config_from_args(Namespace(**{k: settings.get(k) for k in ("asr_backend", "asr_model")}))
+    except (JudgeConfigError, ValueError) as exc:
+        raise ValueError(f"cs3 --metadata: {exc}") from None
 
 
 def load_knowledge(**metadata: Any):

@@ -305,3 +305,48 @@ def test_a_second_model_into_the_same_out_is_refused_unless_restart(tmp_path, fa
     (other / "json" / "knowledge_en.json").rename(other / "json" / "knowledge.json")
     assert scoring.run(_args(other, out, dataset, restart=True)) == 0
     assert json.loads((out / "knowledge.summary.json").read_text(encoding="utf-8"))["model"] == "model-b"
+
+
+# ---------------------------------------------------------------------------------------------
+# 9. the lm-eval path: metadata checked when the task loads; --use_cache bound to one outputs folder
+
+
+def test_lm_eval_metadata_typos_and_types_are_one_clear_error_at_load(monkeypatch):
+    from cs3_tasks.task_configs import run, utils
+
+    with pytest.raises(run.MetadataError) as typo:
+        utils.load_knowledge(dataset="demo", judge_modle="qwen", asr_short_clip="packed", asr_model=3)
+    message = str(typo.value)
+    assert "unknown key 'judge_modle'; did you mean 'judge_model'" in message
+    assert "'asr_short_clip'; did you mean 'asr_short_clips'" in message
+    assert "'asr_model' must be a str, got int 3" in message
+    # lm-eval merges model_args and the YAML's metadata in: those keys are not ours to refuse
+    run.check_metadata(
+        {"outputs": "runs/x", "pretrained": "m", "version": 1.0, "batch_size": 1, "judge": False}
+    )
+
+
+def test_lm_eval_judge_and_asr_configuration_fail_when_the_task_loads(monkeypatch):
+    from cs3_tasks.task_configs import utils
+
+    monkeypatch.delenv("DASHSCOPE_API_KEY", raising=False)
+    monkeypatch.setattr("cs3_tasks.data.load_set", lambda *a, **k: pytest.fail("loaded data before checking"))
+    with pytest.raises(ValueError, match="cs3 --metadata: .*DASHSCOPE_API_KEY"):
+        utils.load_knowledge(dataset="demo", judge="qwen-max")
+    with pytest.raises(ValueError, match="cs3 --metadata: .*backend"):
+        utils.load_knowledge(dataset="demo", judge="none", asr_backend="no-such-asr")
+
+
+def test_use_cache_is_bound_to_one_outputs_folder(tmp_path):
+    from lm_eval.api.model import CachingLM
+
+    from cs3_tasks.models.precomputed import PrecomputedLM
+
+    first, second = tmp_path / "system-a", tmp_path / "system-b"
+    first.mkdir()
+    second.mkdir()
+    db = str(tmp_path / "lm-cache" / "rank0.db")
+    CachingLM(PrecomputedLM(outputs=str(first)), db).dbdict.close()
+    CachingLM(PrecomputedLM(outputs=str(first)), db).dbdict.close()  # the same folder again: fine
+    with pytest.raises(ValueError, match="holds the answers of .*system-a.*use one --use_cache path"):
+        CachingLM(PrecomputedLM(outputs=str(second)), db)

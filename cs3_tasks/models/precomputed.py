@@ -14,8 +14,8 @@ no audio and the problem named, so its record says "no output for this Qid" and 
 
 model_args: ``outputs`` (required), ``set`` (force one set for every task, for renamed tasks),
 ``text_only`` (true: drop the audio, i.e. behave as a text-only model; speech metrics become n/a).
-lm-eval's ``--use_cache`` keys requests by their arguments, not by ``outputs``: use one cache path per
-outputs directory.
+lm-eval's ``--use_cache`` keys requests by their arguments, not by ``outputs``: a cache database is
+bound to the first outputs directory answered through it, and another directory refuses it.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ __all__ = ["DOC_SET_KEY", "PrecomputedLM", "set_of_task"]
 
 # doc field naming the outputs set of tasks outside SETS (task_configs/conversation_utils.py)
 DOC_SET_KEY = "cs3_set"
+# entry of lm-eval's --use_cache database naming the outputs folder its answers came from
+CACHE_OUTPUTS_KEY = "cs3-precomputed:outputs"
 
 
 @register_model("cs3-precomputed")
@@ -64,6 +66,25 @@ class PrecomputedLM(LM):
         self.forced_set = set
         self.text_only = as_bool(text_only)
         self._outputs: dict[str, dict] = {}
+
+    def set_cache_hook(self, cache_hook: Any) -> None:
+        """lm-eval's ``--use_cache`` keys answers by the request alone, and every outputs folder gets the
+        same requests: the cache is bound to one outputs folder (a marker entry), another folder refuses."""
+        dbdict = getattr(cache_hook, "dbdict", None)
+        if dbdict is not None:
+            held = dbdict.get(CACHE_OUTPUTS_KEY)
+            if held is None and len(dbdict):
+                raise ValueError(
+                    "cs3-precomputed: this --use_cache database holds answers but not the outputs folder "
+                    f"they came from; use a fresh --use_cache path for {self.outputs_dir}"
+                )
+            if held is not None and held != str(self.outputs_dir):
+                raise ValueError(
+                    f"cs3-precomputed: this --use_cache database holds the answers of {held}, not of "
+                    f"{self.outputs_dir}; use one --use_cache path per outputs folder"
+                )
+            dbdict[CACHE_OUTPUTS_KEY] = str(self.outputs_dir)
+        super().set_cache_hook(cache_hook)
 
     def outputs_of(self, set_name: str) -> dict:
         """Qid -> outputs.ModelOutput of one set (read once)."""
