@@ -24,8 +24,10 @@ from typing import Any
 SETTING_KEYS = ("asr_model", "asr_backend", "asr_short_clips", "judge", "judge_model", "judge_base_url")
 _MAX_SUMMARIES = 64
 # lm-eval hands a task loader its --metadata merged with the model's model_args and the YAML's metadata,
-# so keys we do not know are legitimate; a key that looks like ours (a prefix, or a near miss) is a typo.
-OUR_PREFIXES = ("asr_", "judge_", "cs3_")
+# so keys we do not know are legitimate; a key that looks like ours (judge_*, or a near miss) is a typo.
+# Not "asr_*": cs3-cascade has model_args asr_language / asr_use_cache; a near miss cutoff of 0.85 keeps
+# tts_backend (0.82 to asr_backend) out.
+OUR_PREFIXES = ("judge_",)
 OUR_KEYS = ("dataset", *SETTING_KEYS)
 _TYPES: dict[str, tuple[type, ...]] = {"judge": (str, bool)}
 
@@ -48,7 +50,7 @@ def check_metadata(metadata: Mapping[str, Any]) -> None:
                 names = " or ".join(t.__name__ for t in allowed)
                 problems.append(f"{key!r} must be a {names}, got {type(value).__name__} {value!r}")
             continue
-        near = difflib.get_close_matches(str(key), OUR_KEYS, n=3, cutoff=0.75)
+        near = difflib.get_close_matches(str(key), OUR_KEYS, n=3, cutoff=0.85)
         if near or str(key).startswith(OUR_PREFIXES):
             hint = f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
             problems.append(f"unknown key {key!r}{hint}")

@@ -11,9 +11,9 @@ import pytest
 from cs3_tasks import scoring
 
 try:  # tests/ is on sys.path under pytest's default import mode
-    from test_scoring import FakeASR, FakeJudge, _args, _authors_layout, _cli_fixture
+    from test_scoring import FakeASR, FakeJudge, _args, _cli_fixture
 except ImportError:  # pragma: no cover
-    from tests.test_scoring import FakeASR, FakeJudge, _args, _authors_layout, _cli_fixture
+    from tests.test_scoring import FakeASR, FakeJudge, _args, _cli_fixture
 
 
 @pytest.fixture(autouse=True)
@@ -350,3 +350,10 @@ def test_use_cache_is_bound_to_one_outputs_folder(tmp_path):
     CachingLM(PrecomputedLM(outputs=str(first)), db).dbdict.close()  # the same folder again: fine
     with pytest.raises(ValueError, match="holds the answers of .*system-a.*use one --use_cache path"):
         CachingLM(PrecomputedLM(outputs=str(second)), db)
+
+
+def test_lm_eval_metadata_accepts_the_model_args_of_our_models():
+    from cs3_tasks.task_configs import run
+
+    cascade = {"asr_language": "zh", "asr_use_cache": True, "tts_backend": "espeak", "llm_model": "m"}
+    run.check_metadata({**cascade, "llm_base_url": "http://127.0.0.1:1/v1", "model": "x", "max_retries": 3})
