@@ -24,6 +24,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -66,7 +67,10 @@ def lm_eval_command(stage: str, args: argparse.Namespace, model_args: str) -> li
 
 def read_records(results_dir: Path, task: str) -> list[dict]:
     """The per-item score records of the newest logged samples of ``task``."""
-    files = sorted(glob.glob(str(results_dir / "**" / f"samples_{task}_*.jsonl"), recursive=True))
+    # samples_<task>_<date>.jsonl: the date keeps cs3_knowledge from matching cs3_knowledge_en's files
+    pattern = re.compile(rf"samples_{re.escape(task)}_\d{{4}}-")
+    files = [f for f in glob.glob(str(results_dir / "**" / "samples_*.jsonl"), recursive=True)
+             if pattern.match(Path(f).name)]  # fmt: skip
     if not files:
         return []
     with open(max(files, key=os.path.getmtime), encoding="utf-8") as handle:
