@@ -1,6 +1,11 @@
 """Reading what a model produced: one `ModelOutput` per Qid, from the authors' layout or ours.
 
-Authors' layout: ``json/<set>.json`` (JSON lines {Qid, Response}) + ``wav/<Qid>.wav``.
+Authors' layout: ``json/cs_<set>.json`` or ``json/<set>.json`` (one JSON array, as their writer makes it,
+or JSON lines; rows {Qid, Response}) + ``wav/cs_<set>/<Qid>.wav``, ``wav/<set>/<Qid>.wav`` or
+``wav/<Qid>.wav``
+(no ``wav/`` folder: a text-only model); ``json_asr/cs_<set>.json`` ({Qid, Response_hyp}) holds given
+transcripts (`read_given_transcripts`). The file names and the array-or-lines reading are
+`cs3_tasks.reference`'s (one home for the authors' layout).
 Ours: ``<set>.jsonl`` (JSON lines {Qid, text, audio}; audio relative to the outputs dir or absolute).
 Problems of single items (bad JSON line, empty response, missing wav) are carried on the item
 (``ModelOutput.problem``); only a missing or ambiguous outputs directory raises.
@@ -11,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +37,7 @@ class ModelOutput:
     text: str | None  # text-channel response
     audio: AudioSource | None  # speech-channel response (path/bytes/array) or None (text-only model)
     problem: str | None = None  # input problem found while reading (missing wav, empty response, ...)
+    transcript: str | None = None  # a given transcript of the speech (--use-given-transcripts): no ASR
 
 
 def audio_label(audio: Any) -> str | None:
@@ -61,45 +67,85 @@ def read_outputs(
     """
     if set_name not in known_sets:
         check_set(set_name)
+    from cs3_tasks import reference
+
     outputs_dir = Path(outputs_dir)
-    authors = outputs_dir / "json" / f"{set_name}.json"
+    authors = reference.authors_outputs_file(outputs_dir, set_name) if set_name in reference.SETS else None
     ours = outputs_dir / f"{set_name}.jsonl"
-    if authors.is_file() and ours.is_file():
+    if authors is not None and ours.is_file():
         raise ValueError(
             f"{outputs_dir}: both {authors.name} (authors' layout) and {ours.name} exist; keep one"
         )
-    if authors.is_file():
-        return _read_lines(authors, outputs_dir, authors_layout=True)
+    if authors is not None:
+        return _read_rows(authors, outputs_dir, set_name, authors_layout=True)
     if ours.is_file():
-        return _read_lines(ours, outputs_dir, authors_layout=False)
+        return _read_rows(ours, outputs_dir, set_name, authors_layout=False)
+    stem = reference.AUTHORS_SET_FILES.get(set_name, set_name)
     raise FileNotFoundError(
-        f"no outputs for set {set_name!r} in {outputs_dir}: expected json/{set_name}.json + wav/<Qid>.wav "
-        f"(authors' layout) or {set_name}.jsonl"
+        f"no outputs for set {set_name!r} in {outputs_dir}: expected json/{stem}.json (or "
+        f"json/{set_name}.json) + wav/{stem}/<Qid>.wav (authors' layout) or {set_name}.jsonl"
     )
+
+
+def find_output_sets(outputs_dir: Path, known_sets: Sequence[str] = SETS) -> list[str]:
+    """The sets an outputs folder holds, in either layout, in ``known_sets`` order (for ``--set all``)."""
+    from cs3_tasks import reference
+
+    outputs_dir = Path(outputs_dir)
+    authors = set(reference.find_authors_sets(outputs_dir))
+    return [name for name in known_sets if name in authors or (outputs_dir / f"{name}.jsonl").is_file()]
+
+
+def read_given_transcripts(outputs_dir: Path, set_name: str) -> dict[str, str | None]:
+    """Qid -> ``Response_hyp`` of ``json_asr/cs_<set>.json`` (the authors' transcripts); FileNotFoundError
+    when absent. A row without usable text maps to None (the speech channel of that item is then missing)."""
+    from cs3_tasks import reference
+
+    given = reference.read_given_transcripts(outputs_dir, set_name)
+    return {qid: row["transcript"] for qid, row in given.items() if not qid.startswith("<")}
 
 
 _QID_IN_BROKEN_LINE = re.compile(r'"Qid"\s*:\s*"([^"]+)"')
 
 
-def _read_lines(path: Path, outputs_dir: Path, *, authors_layout: bool) -> dict[str, ModelOutput]:
-    outputs: dict[str, ModelOutput] = {}
+def _rows(path: Path) -> Iterator[tuple[int | None, str | Any]]:
+    """(line number, text of the line) of a JSON-lines file, or (None, element) of a JSON array."""
     with open(path, encoding="utf-8", errors="replace") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            output = _parse_line(line, line_no, path, outputs_dir, authors_layout)
-            if output.qid in outputs:  # keep the first answer, say so on it
-                first = outputs[output.qid]
-                first.problem = join_problems(
-                    first.problem, f"duplicate Qid: line {line_no} of {path.name} ignored"
-                )
-                continue
-            outputs[output.qid] = output
+        text = handle.read()
+    if text.lstrip().startswith("["):
+        try:
+            whole = json.loads(text)
+        except ValueError:
+            whole = None
+        if isinstance(whole, list):
+            yield from ((None, element) for element in whole)
+            return
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            yield line_no, line
+
+
+def _read_rows(
+    path: Path, outputs_dir: Path, set_name: str, *, authors_layout: bool
+) -> dict[str, ModelOutput]:
+    outputs: dict[str, ModelOutput] = {}
+    for index, (line_no, line) in enumerate(_rows(path)):
+        where = f"line {line_no}" if line_no is not None else f"element {index}"
+        if line_no is None:  # an element of a JSON array, parsed like a line
+            line = json.dumps(line, ensure_ascii=False)
+        output = _parse_line(line, where, path, outputs_dir, set_name, authors_layout)
+        if output.qid in outputs:  # keep the first answer, say so on it
+            first = outputs[output.qid]
+            first.problem = join_problems(first.problem, f"duplicate Qid: {where} of {path.name} ignored")
+            continue
+        outputs[output.qid] = output
     return outputs
 
 
-def _parse_line(line: str, line_no: int, path: Path, outputs_dir: Path, authors_layout: bool) -> ModelOutput:
-    where = f"{path.name} line {line_no}"
+def _parse_line(
+    line: str, row_name: str, path: Path, outputs_dir: Path, set_name: str, authors_layout: bool
+) -> ModelOutput:
+    where = f"{path.name} {row_name}"
     try:
         row = json.loads(line)
         if not isinstance(row, dict):
@@ -107,7 +153,9 @@ def _parse_line(line: str, line_no: int, path: Path, outputs_dir: Path, authors_
     except (ValueError, TypeError) as exc:
         found = _QID_IN_BROKEN_LINE.search(line)
         qid = found.group(1) if found else f"<{where}>"
-        audio, audio_problem = _authors_wav(outputs_dir, qid) if (authors_layout and found) else (None, None)
+        audio, audio_problem = (
+            _authors_wav(outputs_dir, set_name, qid) if (authors_layout and found) else (None, None)
+        )
         return ModelOutput(qid, None, audio, join_problems(f"bad JSON in {where}: {exc}", audio_problem))
     qid = row.get("Qid")
     if not isinstance(qid, str) or not qid.strip():
@@ -125,16 +173,27 @@ def _parse_line(line: str, line_no: int, path: Path, outputs_dir: Path, authors_
     elif text is None:
         problem = join_problems(problem, "no text response")
     if authors_layout:
-        audio, audio_problem = _authors_wav(outputs_dir, qid)
+        audio, audio_problem = _authors_wav(outputs_dir, set_name, qid)
     else:
         audio, audio_problem = _our_audio(outputs_dir, row.get("audio"))
     return ModelOutput(qid, text, audio, join_problems(problem, audio_problem))
 
 
-def _authors_wav(outputs_dir: Path, qid: str) -> tuple[str | None, str | None]:
+def _authors_wav(outputs_dir: Path, set_name: str, qid: str) -> tuple[str | None, str | None]:
+    from cs3_tasks import reference
+
+    if not (outputs_dir / "wav").is_dir():
+        return None, None  # no wav/ folder at all: a text-only model, the speech channel is not applicable
+    stem = reference.AUTHORS_SET_FILES.get(set_name, set_name)
+    if "/" in qid or "\\" in qid or qid in (".", ".."):
+        return None, f"Qid {qid!r} cannot name a wav file"
+    for folder in dict.fromkeys([stem, set_name]):
+        wav = outputs_dir / "wav" / folder / f"{qid}.wav"
+        if wav.is_file():
+            return str(wav), None
     wav = outputs_dir / "wav" / f"{qid}.wav"
     if not wav.is_file():
-        return None, f"missing wav: wav/{qid}.wav"
+        return None, f"missing wav: wav/{stem}/{qid}.wav (or wav/{qid}.wav)"
     return str(wav), None
 
 
