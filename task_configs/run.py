@@ -21,7 +21,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-SETTING_KEYS = ("asr_model", "asr_backend", "asr_short_clips", "judge", "judge_model", "judge_base_url")
+SETTING_KEYS = (
+    "protocol",
+    "reference_scripts",
+    "asr_model",
+    "asr_backend",
+    "asr_short_clips",
+    "judge",
+    "judge_model",
+    "judge_base_url",
+)
 _MAX_SUMMARIES = 64
 
 
