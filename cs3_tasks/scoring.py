@@ -261,7 +261,11 @@ def _apply_verdict(record: dict, job: _JudgeJob, verdict: Verdict) -> None:
     if aspect == "relevance":
         from cs3_tasks import metrics
 
-        record[f"{ch}_understood"] = metrics.understood(record[f"{ch}_relevance"])  # relevance > 3
+        relevance = record[f"{ch}_relevance"]
+        if asks is not None:  # reference protocol: their scores run 0-5 ([0] is accepted)
+            record[f"{ch}_understood"] = None if relevance is None else relevance > 3
+        else:
+            record[f"{ch}_understood"] = metrics.understood(relevance)  # relevance > 3
 
 
 def _channel_keyword(

@@ -43,7 +43,7 @@ def _psr(records: Sequence[dict]) -> dict:
     return entry
 
 
-def _channel_summary(set_name: str, records: Sequence[dict], ch: str) -> dict | None:
+def _channel_summary(set_name: str, records: Sequence[dict], ch: str, protocol: str = "cs3") -> dict | None:
     from cs3_tasks import metrics
 
     applicable = [r for r in records if (r["text"] if ch == "text" else r["audio"]) is not None]
@@ -68,7 +68,11 @@ def _channel_summary(set_name: str, records: Sequence[dict], ch: str) -> dict | 
             entry["n_unresolved"] = sum(1 for r in in_cat if r[f"{ch}_status"] == "unresolved")
             summary["by_category"][category] = entry
     else:
-        summary["understanding_rate"] = metrics.understanding_rate([r[f"{ch}_relevance"] for r in applicable])
+        relevance = [r[f"{ch}_relevance"] for r in applicable]
+        if protocol == "reference":  # their scores run 0-5 ([0] accepted); understood = relevance > 3
+            summary["understanding_rate"] = metrics.rate([None if v is None else v > 3 for v in relevance])
+        else:
+            summary["understanding_rate"] = metrics.understanding_rate(relevance)
         summary["mean_relevance"] = metrics.mean_score([r[f"{ch}_relevance"] for r in applicable])
         summary["mean_semantic"] = metrics.mean_score([r[f"{ch}_semantic"] for r in applicable])
         summary["n_relevance_error"] = sum(1 for r in records if r[f"{ch}_relevance_error"])
@@ -147,7 +151,7 @@ def summarize(set_name: str, records: Sequence[dict], protocol: str | None = Non
     if protocol is None:
         protocol = next((r.get("protocol") for r in records if r.get("protocol")), "cs3")
     scorable, counts = item_counts(records)
-    channels = {ch: _channel_summary(set_name, scorable, ch) for ch in CHANNELS}
+    channels = {ch: _channel_summary(set_name, scorable, ch, protocol) for ch in CHANNELS}
     if protocol == "reference":
         for ch in CHANNELS:
             _reference_bounds(set_name, scorable, ch, channels[ch])
