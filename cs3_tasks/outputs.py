@@ -70,7 +70,11 @@ def read_outputs(
     from cs3_tasks import reference
 
     outputs_dir = Path(outputs_dir)
-    authors = reference.authors_outputs_file(outputs_dir, set_name) if set_name in reference.SETS else None
+    if set_name in reference.SETS:
+        authors = reference.authors_outputs_file(outputs_dir, set_name)
+    else:  # another task's set (e.g. the conversation set): json/<set>.json
+        authors = outputs_dir / "json" / f"{set_name}.json"
+        authors = authors if authors.is_file() else None
     ours = outputs_dir / f"{set_name}.jsonl"
     if authors is not None and ours.is_file():
         raise ValueError(
