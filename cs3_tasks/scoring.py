@@ -798,7 +798,7 @@ def run_settings(
     return settings
 
 
-def protocol_asr(asr: AsrConfig, protocol: str) -> AsrConfig:
+def protocol_asr(asr: AsrConfig, protocol: str, chosen: bool = False) -> AsrConfig:
     """The reference protocol's default ASR (transformers + openai/whisper-large-v3) where that model can be
     loaded and no ASR was chosen (options or environment); otherwise ``asr`` (the summary then says the speech
     channel is not comparable to the paper)."""
@@ -808,8 +808,13 @@ def protocol_asr(asr: AsrConfig, protocol: str) -> AsrConfig:
     from cs3_tasks import asr as asr_module
     from cs3_tasks import reference
 
-    chosen = asr.model or os.environ.get(asr_module.MODEL_ENV) or os.environ.get(asr_module.BACKEND_ENV)
-    if protocol != "reference" or chosen or (asr.backend and asr.backend != asr_module.default_backend()):
+    chosen = (
+        chosen
+        or bool(asr.model)
+        or bool(os.environ.get(asr_module.MODEL_ENV) or os.environ.get(asr_module.BACKEND_ENV))
+        or (asr.backend is not None and asr.backend != asr_module.default_backend())
+    )
+    if protocol != "reference" or chosen:
         return asr
     if not reference.reference_asr_available():
         return asr
@@ -822,7 +827,8 @@ def run(args: argparse.Namespace) -> int:
     protocol = getattr(args, "protocol", "cs3")
     try:
         judge_config = judge.judge_config_from_args(args)  # fails before any work starts
-        asr_config = protocol_asr(asr.asr_config_from_args(args), protocol)
+        chosen = bool(getattr(args, "asr_backend", None) or getattr(args, "asr_model", None))
+        asr_config = protocol_asr(asr.asr_config_from_args(args), protocol, chosen)
     except (judge.JudgeConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

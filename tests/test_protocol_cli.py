@@ -292,3 +292,19 @@ def test_lm_eval_metadata_protocol(monkeypatch, tmp_path):
         assert record["protocol"] == expected
         # 答，案0: the cs3 keyword spans do not join across the comma, nor does the raw substring test
         assert record["text_status"] == "unresolved"
+
+
+def test_reference_default_asr_is_large_v3_where_it_can_be_loaded(monkeypatch):
+    from cs3_tasks.asr import AsrConfig
+
+    monkeypatch.delenv("CS3_ASR_MODEL", raising=False)
+    monkeypatch.delenv("CS3_ASR_BACKEND", raising=False)
+    monkeypatch.setattr(reference, "reference_asr_available", lambda: True)
+    config = scoring.protocol_asr(AsrConfig(), "reference")
+    assert (config.backend, config.model) == ("transformers", "openai/whisper-large-v3")
+    assert reference.is_reference_asr(config.backend, config.model)
+    assert scoring.protocol_asr(AsrConfig(), "cs3") == AsrConfig()
+    assert scoring.protocol_asr(AsrConfig(model="tiny"), "reference") == AsrConfig(model="tiny")
+    assert scoring.protocol_asr(AsrConfig(), "reference", chosen=True) == AsrConfig()
+    monkeypatch.setattr(reference, "reference_asr_available", lambda: False)  # not cached: our default
+    assert scoring.protocol_asr(AsrConfig(), "reference") == AsrConfig()
