@@ -16,6 +16,7 @@ LSA measures. Auto-detection picks "zh" for a mostly-Mandarin answer anyway, and
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import re
@@ -79,7 +80,8 @@ def read_outputs(outputs_dir: Path, set_name: str, *,
     ``known_sets``: the accepted set names (other tasks, e.g. the belle_eval_s2s conversation set, pass theirs).
 
     Authors' layout: ``json/<set>.json`` (JSON lines {Qid, Response}) + ``wav/<Qid>.wav``.
-    Ours: ``<set>.jsonl`` (JSON lines {Qid, text, audio}; audio relative to ``outputs_dir`` or absolute).
+    Ours: ``<set>.jsonl`` (JSON lines {Qid, text, audio}; audio relative to ``outputs_dir`` or absolute),
+    and/or the per-rank shards ``<set>.rank<k>.jsonl`` of a data-parallel run (``read_output_union``).
     Problems of single items (bad JSON line, empty response, missing wav) are recorded in
     ``ModelOutput.problem``; only a missing or ambiguous outputs directory raises.
     """
@@ -87,17 +89,39 @@ def read_outputs(outputs_dir: Path, set_name: str, *,
         _check_set(set_name)
     outputs_dir = Path(outputs_dir)
     authors = outputs_dir / "json" / f"{set_name}.json"
-    ours = outputs_dir / f"{set_name}.jsonl"
-    if authors.is_file() and ours.is_file():
-        raise ValueError(f"{outputs_dir}: both {authors.name} (authors' layout) and {ours.name} exist; keep one")
+    ours = output_files(outputs_dir, set_name)
+    if authors.is_file() and ours:
+        raise ValueError(f"{outputs_dir}: both {authors.name} (authors' layout) and {ours[0].name} exist; keep one")
     if authors.is_file():
         return _read_lines(authors, outputs_dir, authors_layout=True)
-    if ours.is_file():
-        return _read_lines(ours, outputs_dir, authors_layout=False)
+    if ours:
+        return read_output_union(ours, outputs_dir)
     raise FileNotFoundError(
         f"no outputs for set {set_name!r} in {outputs_dir}: expected json/{set_name}.json + wav/<Qid>.wav "
         f"(authors' layout) or {set_name}.jsonl"
     )
+
+
+def output_files(outputs_dir: Path, set_name: str) -> list[Path]:
+    """Our layout's files of one set, oldest first: ``<set>.jsonl`` and the shards ``<set>.rank<k>.jsonl``
+    that rank k of a data-parallel run writes. Empty when there is none."""
+    outputs_dir = Path(outputs_dir)
+    files = [outputs_dir / f"{set_name}.jsonl"]
+    files += [path for path in outputs_dir.glob(f"{glob.escape(set_name)}.rank*.jsonl")
+              if re.fullmatch(r"rank\d+", path.suffixes[-2].lstrip(".") if len(path.suffixes) > 1 else "")]
+    return sorted((path for path in files if path.is_file()), key=lambda path: (path.stat().st_mtime_ns, path.name))
+
+
+def read_output_union(files: Sequence[Path], outputs_dir: Path) -> dict[str, ModelOutput]:
+    """The union of several files of one set (the shards of a data-parallel run), ``files`` oldest first.
+
+    The ranks of one run answer disjoint Qids; a Qid in several files (shards of runs with different
+    process counts in one folder) takes its row from the newest file, as a re-run's row replaces an older
+    one within a file."""
+    union: dict[str, ModelOutput] = {}
+    for path in files:
+        union.update(_read_lines(Path(path), Path(outputs_dir), authors_layout=False))
+    return union
 
 
 _QID_IN_BROKEN_LINE = re.compile(r'"Qid"\s*:\s*"([^"]+)"')

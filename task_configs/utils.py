@@ -166,8 +166,21 @@ class ScoreResponses(Filter):
         ordered = [by_qid[str(doc["Qid"])] for doc in docs]
         for record in ordered:
             record["variant"] = self.variant
-        _RECORDS[(self.variant, self.set_name)] = [compact(r) for r in ordered]
+        # under data parallelism this rank scored its share only: the cs-vs-en comparison reads every rank's
+        _RECORDS[(self.variant, self.set_name)] = gathered_records([compact(r) for r in ordered])
         return [json.dumps(r, ensure_ascii=False) for r in ordered]
+
+
+def gathered_records(records: Sequence[Mapping]) -> list[dict]:
+    """The records of every rank of a data-parallel run (this process's alone otherwise), one per Qid.
+
+    lm-eval runs the filters on each rank's share of the docs and gathers only the per-item metric
+    values to rank 0 for the aggregations; records read across tasks must be gathered here, by every
+    rank (a collective), in the same task order. A launch whose ranks all saw every doc (no sharding)
+    gives each Qid once all the same."""
+    from cs3_tasks.distributed import all_gather_list
+
+    return list({str(r["qid"]): dict(r) for r in all_gather_list(list(records))}.values())
 
 
 def model_output(doc: Mapping, responses: Any):
@@ -276,7 +289,12 @@ def memoized_summary(kind: str, records: Sequence[Mapping], summarize_records: C
 def _summary(records: Sequence[Mapping]) -> dict:
     from cs3_tasks.scoring import summarize
 
-    return memoized_summary("cs3", records, lambda rs: summarize(rs[0]["set"], rs))
+    # in Qid order: a summary must not depend on how the records were sharded and gathered
+    return memoized_summary("cs3", records, lambda rs: summarize(rs[0]["set"], sorted(rs, key=_qid_order)))
+
+
+def _qid_order(record: Mapping) -> str:
+    return str(record.get("qid"))
 
 
 def _number(value: Any) -> float:

@@ -15,7 +15,7 @@ no audio and the problem named, so its record says "no output for this Qid" and 
 model_args: ``outputs`` (required), ``set`` (force one set for every task, for renamed tasks),
 ``text_only`` (true: drop the audio, i.e. behave as a text-only model; speech metrics become n/a).
 lm-eval's ``--use_cache`` keys requests by their arguments, not by ``outputs``: use one cache path per
-outputs directory.
+outputs directory. Under ``accelerate launch`` each process answers its rank's share of the requests.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
+
+from cs3_tasks.models.parallel import DataParallelLM
 
 SETS = ("knowledge", "knowledge_en", "open_ended")
 # doc field naming the outputs set of tasks outside SETS (task_configs/conversation_utils.py)
@@ -45,7 +46,7 @@ def _truthy(value: Any) -> bool:
 
 
 @register_model("cs3-precomputed")
-class PrecomputedLM(LM):
+class PrecomputedLM(DataParallelLM):
     """Answers cs3 requests from a directory of pre-generated outputs."""
 
     MULTIMODAL = True  # lm-eval hands audio tasks only to models that declare this
@@ -53,7 +54,7 @@ class PrecomputedLM(LM):
     def __init__(self, outputs: str | None = None, set: str | None = None, text_only: Any = False,
                  **lm_eval_kwargs: Any) -> None:
         # lm_eval_kwargs: batch_size, max_batch_size, device... which lm-eval passes to every model
-        super().__init__()
+        super().__init__(lm_eval_kwargs.get("device"))
         if not outputs:
             raise ValueError("cs3-precomputed needs model_args outputs=DIR (a directory of <set>.jsonl "
                              "files or the authors' json/<set>.json + wav/)")
