@@ -35,6 +35,11 @@ faster-whisper decodes clips of at most 30 s in one of two ways ($CS3_ASR_SHORT_
   identical (24/24 clips compared; corpus CER 0.1347 on all 250 either way), at 0.55 vs ~1.1-1.5 s per
   clip on 2 CPU cores, because CTranslate2 multiplies the matrices of the whole batch at once.
 
+Device (``device=`` / ``--asr-device`` / $CS3_ASR_DEVICE): "cpu", "cuda" or "cuda:N"; by default the GPU when
+CUDA is available (under a data-parallel launcher each rank takes its own, ``cuda:<LOCAL_RANK>``), else
+the CPU, whose cores the ranks on one machine share out. The batch size follows the device
+(``batch_size_for``). GPU transcripts (float16) are cached apart from CPU ones (int8).
+
 Clips whose window ends in an unfinished segment (faster-whisper decodes the rest again) and clips over
 30 s go through WhisperModel.transcribe one by one. openai-whisper decodes one clip at a time.
 faster-whisper's BatchedInferencePipeline was no faster here (see benchmarks/belle_asr_cer.py): it
@@ -47,6 +52,7 @@ import importlib.util
 import itertools
 import logging
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -105,6 +111,10 @@ PACK_MIN_LANGUAGE_PROBABILITY = 0.8
 PACK_WINDOWS_PER_CALL = 8  # windows encoded and beam-searched together (2: 0.39, 4: 0.31-0.33, 8: 0.30 s)
 _PACK_ROUNDS = 2  # unresolved clips are packed once more, by language, with other neighbours
 DEFAULT_BATCH_SIZE = 8  # clips per batched decode (faster-whisper); 4/8/16 measured in the report
+# On a GPU the batch is bounded by memory, not cores: Whisper-large-v3 float16 decodes 32 clips of 30 s
+# with 5 beams in well under 16 GB. Not measured here (no GPU on the development machines).
+GPU_BATCH_SIZE = 32
+DEVICE_ENV = "CS3_ASR_DEVICE"
 MAX_BATCHED_SECONDS = 30.0  # one Whisper window: longer clips are decoded per clip
 _DECODE_WINDOW = 128  # clips decoded into memory at a time (sorted by length within it)
 
@@ -234,15 +244,19 @@ def transcribe_batch(
     backend: str = DEFAULT_BACKEND,
     use_cache: bool = True,
     progress: bool = True,
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    batch_size: int | None = None,
+    device: str | None = None,
 ) -> list[Transcript]:
     """Transcribe every audio in order; ``language=None`` lets Whisper detect it per item.
 
     A per-item failure gives Transcript(text="", language=None, error="<cause>") and the rest
     continue. A model that cannot be loaded raises AsrModelError (nothing could be transcribed).
-    ``batch_size`` is how many clips faster-whisper decodes together (1: one at a time).
+    ``batch_size`` is how many clips faster-whisper decodes together (1: one at a time; default from the
+    device). ``device``: "cpu", "cuda", "cuda:N" (default ``asr_device()``).
     """
     _check_backend(backend)
+    device = asr_device(device)
+    batch_size = batch_size_for(device) if batch_size is None else batch_size
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     model_name = model or default_model(backend)
@@ -256,7 +270,8 @@ def transcribe_batch(
             for i, source in enumerate(audios):
                 try:
                     keys[i] = stable_key(
-                        "asr", content_hash(source), backend, model_id, language, asdict(options)
+                        "asr", content_hash(source), backend, model_id, language, asdict(options),
+                        *(["float16"] if device != "cpu" else []),  # CPU keys as before GPU support
                     )
                 except (AudioError, OSError, TypeError, ValueError) as exc:
                     results[i] = Transcript("", None, error=f"audio_error: {exc}")
@@ -266,7 +281,7 @@ def transcribe_batch(
                     results[i] = Transcript(text=hit["text"], language=hit["language"])
         todo = [i for i, r in enumerate(results) if r is None]
         if todo:
-            runner = _load_runner(backend, model_name)
+            runner = _load_runner(backend, model_name, device)
             bar = _progress_bar(len(todo), progress, len(audios))
             try:
                 for w in range(0, len(todo), _DECODE_WINDOW):
@@ -492,46 +507,62 @@ class _Runner:
 
 
 def _cpu_threads() -> int:
+    from cs3_tasks.distributed import cpu_threads_per_process
+
+    return cpu_threads_per_process()  # the ranks of a data-parallel launch share the cores
+
+
+def asr_device(requested: str | None = None) -> str:
+    """The ASR device, "cpu", "cuda" or "cuda:N": ``requested``, else $CS3_ASR_DEVICE, else the GPU when CUDA is available
+    (``cuda:<LOCAL_RANK>`` under a data-parallel launcher, so that each rank transcribes on its own),
+    else "cpu". A CUDA request without CUDA is an error (say --asr-device cpu)."""
+    choice = str(requested or os.environ.get(DEVICE_ENV) or "auto").strip().lower()
+    gpus = _cuda_device_count()
+    if choice == "auto":
+        if gpus == 0:
+            return "cpu"
+        launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0')) % gpus}" if launched else "cuda"
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", choice):
+        raise ValueError(f"ASR device must be cpu, cuda or cuda:N, not {requested or os.environ.get(DEVICE_ENV)!r}")
+    if choice.startswith("cuda") and gpus == 0:
+        raise AsrModelError(f"ASR device {choice} requested but no CUDA device is visible; use cpu")
+    return choice
+
+
+def batch_size_for(device: str) -> int:
+    """Clips decoded together: bounded by cores on a CPU, by memory on a GPU."""
+    return DEFAULT_BATCH_SIZE if device == "cpu" else GPU_BATCH_SIZE
+
+
+def _cuda_device_count() -> int:
     try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+        import ctranslate2
+
+        return int(ctranslate2.get_cuda_device_count())
+    except (ImportError, RuntimeError):
+        pass
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except ImportError:
+        return 0
 
 
-def _load_runner(backend: str, model_name: str) -> _Runner:
+def _load_runner(backend: str, model_name: str, device: str = "cpu") -> _Runner:
     if backend == "faster-whisper":
-        device, compute_type = _faster_whisper_device()
+        compute_type = "int8" if device == "cpu" else "float16"  # int8 on CPU: ~2x faster than float32
         key = (backend, model_name, device, compute_type)
         with _RUNNERS_LOCK:
             if key not in _RUNNERS:
                 _RUNNERS[key] = _FasterWhisperRunner(model_name, device, compute_type)
             return _RUNNERS[key]
-    device = _torch_device()
-    key = (backend, model_name, device, "fp16" if device == "cuda" else "fp32")
+    key = (backend, model_name, device, "fp32" if device == "cpu" else "fp16")
     with _RUNNERS_LOCK:
         if key not in _RUNNERS:
             _RUNNERS[key] = _OpenAIWhisperRunner(model_name, device)
         return _RUNNERS[key]
-
-
-def _faster_whisper_device() -> tuple[str, str]:
-    try:
-        import ctranslate2
-
-        if ctranslate2.get_cuda_device_count() > 0:
-            return "cuda", "float16"
-    except (ImportError, RuntimeError):
-        pass
-    return "cpu", "int8"  # int8 on CPU: ~2x faster than float32, same transcripts in practice
-
-
-def _torch_device() -> str:
-    try:
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    except ImportError:
-        return "cpu"
 
 
 class _FasterWhisperRunner(_Runner):
@@ -541,8 +572,10 @@ class _FasterWhisperRunner(_Runner):
         except ImportError as exc:
             raise AsrModelError("faster-whisper is not installed: pip install faster-whisper") from exc
         try:
+            kind, _, index = device.partition(":")
             self.model = WhisperModel(
-                model_name, device=device, compute_type=compute_type, cpu_threads=_cpu_threads()
+                model_name, device=kind, device_index=int(index or 0), compute_type=compute_type,
+                cpu_threads=_cpu_threads(),
             )
         except Exception as exc:  # re-raised with the cause and a remedy
             raise AsrModelError(
@@ -782,7 +815,7 @@ class _OpenAIWhisperRunner(_Runner):
                 "(python -c \"import whisper; whisper.load_model('large-v3')\") and copy "
                 "~/.cache/whisper/*.pt here, or pass the .pt path as the model."
             ) from exc
-        self.fp16 = device == "cuda"
+        self.fp16 = device.startswith("cuda")
 
     def transcribe(self, audio, language: str | None) -> tuple[str, str | None]:
         result = self.model.transcribe(

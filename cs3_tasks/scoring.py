@@ -359,7 +359,7 @@ def _text_metrics(record: dict, set_name: str) -> None:
 
 
 def score_batch(set_name: str, docs: Sequence[Mapping], outputs: Sequence[ModelOutput], *,
-                asr_model: str | None = None, asr_backend: str = "faster-whisper",
+                asr_model: str | None = None, asr_backend: str = "faster-whisper", asr_device: str | None = None,
                 judge: JudgeConfig | None = None, progress: bool = True,
                 on_record: Callable[[dict], None] | None = None) -> list[dict]:
     """Per-item records (keys: docs/architecture.md) for ``outputs`` against ``docs``.
@@ -427,7 +427,7 @@ def score_batch(set_name: str, docs: Sequence[Mapping], outputs: Sequence[ModelO
             from cs3_tasks.asr import transcribe_batch
 
             transcripts = transcribe_batch([pairs[i][1].audio for i in speech_indices],
-                                           language=ASR_LANGUAGE_HINT[set_name], model=asr_model,
+                                           language=ASR_LANGUAGE_HINT[set_name], model=asr_model, device=asr_device,
                                            backend=asr_backend, progress=progress)
             for i, transcript in zip(speech_indices, transcripts):
                 record = records[i]
@@ -744,6 +744,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="dataset: Hub id, local build dir, 'demo', or a source JSON file of the set")
     parser.add_argument("--asr-model", default=None, help="ASR model name or path (default: asr.default_model())")
     parser.add_argument("--asr-backend", default="faster-whisper", choices=("faster-whisper", "openai-whisper"))
+    parser.add_argument("--asr-device", default=None,
+                        help="cpu, cuda or cuda:N (default: $CS3_ASR_DEVICE, else cuda when available, else cpu)")
     parser.add_argument("--model-name", default=None, help="name of the scored model (default: outputs dir name)")
     parser.add_argument("--restart", action="store_true",
                         help="discard existing records (caches still make the re-run cheap)")
@@ -819,7 +821,7 @@ def run(args: argparse.Namespace) -> int:
 
         if pending:
             score_batch(set_name, pending_docs, pending_outputs, asr_model=args.asr_model,
-                        asr_backend=args.asr_backend, judge=judge_config, progress=not args.no_progress,
+                        asr_backend=args.asr_backend, asr_device=args.asr_device, judge=judge_config, progress=not args.no_progress,
                         on_record=append)
 
     final = [done[q] for q in order if q in done]

@@ -14,7 +14,7 @@ Flow of one task (e.g. ``cs3_knowledge``):
    ``cs3_tasks.scoring.summarize`` over the task's records, so lm-eval reports exactly the numbers of
    ``cs3-bench score``. A channel that does not apply (no speech from a text-only model) gives NaN.
 
-Run settings (``--metadata`` keys, all optional): ``dataset``, ``asr_model``, ``asr_backend``,
+Run settings (``--metadata`` keys, all optional): ``dataset``, ``asr_model``, ``asr_backend``, ``asr_device``,
 ``judge`` (a preset name of cs3_tasks.judge, "env", or "none"), ``judge_model``, ``judge_base_url``.
 Without ``judge`` the judge joins when $CS3_JUDGE_MODEL or $CS3_JUDGE_BASE_URL is set.
 """
@@ -54,7 +54,7 @@ def _load(set_name: str, dataset: str | None = None, **metadata: Any):
     # lm-eval loads every task of a run before it filters any: records of an earlier run in this
     # process (e.g. the previous demo system) must not leak into this run's cs-vs-en comparison
     _RECORDS.clear()
-    _SETTINGS.update({k: metadata[k] for k in ("asr_model", "asr_backend", "judge", "judge_model",
+    _SETTINGS.update({k: metadata[k] for k in ("asr_model", "asr_backend", "asr_device", "judge", "judge_model",
                                                  "judge_base_url") if k in metadata})
     ds = data.load_set(set_name, data.dataset_location(dataset))
     rows = [dict(row) for row in ds]
@@ -159,7 +159,8 @@ class ScoreResponses(Filter):
         outputs = [model_output(doc, responses) for doc, responses in zip(docs, resps)]
         records = scoring.score_batch(
             self.set_name, list(docs), outputs, asr_model=_SETTINGS.get("asr_model"),
-            asr_backend=_SETTINGS.get("asr_backend") or "faster-whisper", judge=judge_config(),
+            asr_backend=_SETTINGS.get("asr_backend") or "faster-whisper", asr_device=_SETTINGS.get("asr_device"),
+            judge=judge_config(),
             progress=True,
         )
         by_qid = {r["qid"]: r for r in records}

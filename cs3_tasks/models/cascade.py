@@ -56,6 +56,7 @@ class CascadeLM(SpeechLM):
         asr_backend: str = "faster-whisper",
         asr_language: str | None = None,
         asr_use_cache: bool = True,
+        asr_device: str | None = None,
         tts_backend: str = "espeak",
         tts_voice: str | None = None,
         max_concurrency: int = 8,
@@ -74,7 +75,9 @@ class CascadeLM(SpeechLM):
         self.system_prompt = system_prompt or None
         self.send_instruction = as_bool(send_instruction)
         self.max_new_tokens = int(max_new_tokens)
-        self.asr = {"model": asr_model, "backend": asr_backend, "use_cache": as_bool(asr_use_cache)}
+        # default: this rank's GPU when there is one (cs3_tasks.asr.asr_device)
+        self.asr = {"model": asr_model, "backend": asr_backend, "use_cache": as_bool(asr_use_cache),
+                    "device": asr_device or None}
         self.asr_language = asr_language or None
         self.tts_backend, self.tts_voice = tts_backend, tts_voice
         self.max_concurrency = max(1, int(max_concurrency))
