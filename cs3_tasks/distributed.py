@@ -66,7 +66,9 @@ def process_group() -> ProcessGroup:
         # accelerate sets this rank's CUDA device and joins the group (nccl on GPUs, gloo on CPUs)
         PartialState(timeout=COLLECTIVE_TIMEOUT)
         if not dist.is_initialized():  # accelerate left it to us (e.g. a launch it does not recognise)
-            dist.init_process_group(backend="nccl" if _cuda_available() else "gloo", timeout=COLLECTIVE_TIMEOUT)
+            dist.init_process_group(
+                backend="nccl" if _cuda_available() else "gloo", timeout=COLLECTIVE_TIMEOUT
+            )
     if dist is not None and dist.is_initialized():
         _GROUP = _group(dist.get_rank(), dist.get_world_size())
     else:

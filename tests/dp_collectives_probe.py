@@ -19,8 +19,19 @@ sys.path.insert(0, sys.argv[2])  # the task folder: its utils.gathered_records i
 import utils
 
 records = utils.gathered_records([{"qid": f"q{group.rank}", "n": group.rank}, {"qid": "shared", "n": 0}])
-print("PROBE " + json.dumps({
-    "rank": lm.rank, "world_size": lm.world_size, "device": str(lm.device), "suffix": lm.shard_suffix(),
-    "counts": counts.tolist(), "gathered": gathered, "records": sorted(r["qid"] for r in records),
-    "threads": distributed.cpu_threads_per_process(),
-}), flush=True)
+print(
+    "PROBE "
+    + json.dumps(
+        {
+            "rank": lm.rank,
+            "world_size": lm.world_size,
+            "device": str(lm.device),
+            "suffix": lm.shard_suffix(),
+            "counts": counts.tolist(),
+            "gathered": gathered,
+            "records": sorted(r["qid"] for r in records),
+            "threads": distributed.cpu_threads_per_process(),
+        }
+    ),
+    flush=True,
+)

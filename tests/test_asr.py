@@ -330,7 +330,7 @@ class _FakeRunner:
 @pytest.fixture
 def fake_runner(monkeypatch):
     runner = _FakeRunner()
-    monkeypatch.setattr(asr, "_load_runner", lambda backend, model: runner)
+    monkeypatch.setattr(asr, "_load_runner", lambda backend, model, device="cpu": runner)
     return runner
 
 
@@ -387,7 +387,7 @@ class _FakeBatchedRunner(_FakeRunner):
 @pytest.fixture
 def fake_batched(monkeypatch):
     runner = _FakeBatchedRunner()
-    monkeypatch.setattr(asr, "_load_runner", lambda backend, model: runner)
+    monkeypatch.setattr(asr, "_load_runner", lambda backend, model, device="cpu": runner)
     return runner
 
 
@@ -431,7 +431,7 @@ class _FakePackedRunner(_FakeBatchedRunner):
 @pytest.fixture
 def fake_packed(monkeypatch):
     runner = _FakePackedRunner()
-    monkeypatch.setattr(asr, "_load_runner", lambda backend, model: runner)
+    monkeypatch.setattr(asr, "_load_runner", lambda backend, model, device="cpu": runner)
     return runner
 
 

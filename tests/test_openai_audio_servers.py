@@ -22,8 +22,15 @@ from cs3_tasks.speech import decode_response
 
 
 def make_lm(base_url: str, tmp_path, **overrides) -> OpenAIAudioLM:
-    args = {"base_url": base_url, "model": "fake-omni", "max_concurrency": 2, "timeout": 10, "max_retries": 2,
-            "retry_wait": 0.01, "output_dir": str(tmp_path / "out")}
+    args = {
+        "base_url": base_url,
+        "model": "fake-omni",
+        "max_concurrency": 2,
+        "timeout": 10,
+        "max_retries": 2,
+        "retry_wait": 0.01,
+        "output_dir": str(tmp_path / "out"),
+    }
     args.update(overrides)
     return OpenAIAudioLM(**args)
 
@@ -37,9 +44,16 @@ def requests_for(n: int, tmp_path) -> list:
 def test_reply_parts_reads_both_shapes():
     openai = {"choices": [{"message": {"content": None, "audio": {"data": "QUJD", "transcript": "hi"}}}]}
     assert reply_parts(openai) == ("hi", {"data": "QUJD", "transcript": "hi"})
-    omni = {"choices": [{"message": {"content": "hello"}}, {"message": {"content": "", "audio": {"data": "QUJD"}}}]}
+    omni = {
+        "choices": [
+            {"message": {"content": "hello"}},
+            {"message": {"content": "", "audio": {"data": "QUJD"}}},
+        ]
+    }
     assert reply_parts(omni) == ("hello", {"data": "QUJD"})
-    audio_first = {"choices": [{"message": {"audio": {"data": "QUJD"}}}, {"message": {"content": [{"text": "a"}]}}]}
+    audio_first = {
+        "choices": [{"message": {"audio": {"data": "QUJD"}}}, {"message": {"content": [{"text": "a"}]}}]
+    }
     assert reply_parts(audio_first) == ("a", {"data": "QUJD"})
     assert reply_parts({"choices": [{"message": {"content": "text only"}}]}) == ("text only", {})
     with pytest.raises(Exception, match="no choices"):
@@ -47,9 +61,14 @@ def test_reply_parts_reads_both_shapes():
 
 
 def test_audio_content_parts():
-    assert audio_content_part("QUJD") == {"type": "input_audio", "input_audio": {"data": "QUJD", "format": "wav"}}
+    assert audio_content_part("QUJD") == {
+        "type": "input_audio",
+        "input_audio": {"data": "QUJD", "format": "wav"},
+    }
     assert audio_content_part("QUJD", "audio_url") == {
-        "type": "audio_url", "audio_url": {"url": "data:audio/wav;base64,QUJD"}}
+        "type": "audio_url",
+        "audio_url": {"url": "data:audio/wav;base64,QUJD"},
+    }
     with pytest.raises(ValueError, match="input_part"):
         audio_content_part("QUJD", "video_url")
 
@@ -71,13 +90,16 @@ def test_split_base_urls_and_round_robin():
     assert rotation.send(post) == {"ok": "http://b/v1/chat/completions"}  # a failed, b answered
     with pytest.raises(EndpointError, match="bad"):  # a request the server rejects is not retried elsewhere
         ServerRotation(["http://b/v1", "http://c/v1"]).send(
-            lambda url: (_ for _ in ()).throw(EndpointError("bad", retryable=False)))
+            lambda url: (_ for _ in ()).throw(EndpointError("bad", retryable=False))
+        )
 
 
 @pytest.mark.parametrize("input_part", ["input_audio", "audio_url"])
 def test_vllm_omni_shape_keeps_speech(tmp_path, input_part):
     with FakeAudioServer(shape="vllm-omni", input_part=input_part) as server:
-        out = make_lm(server.base_url, tmp_path, input_part=input_part).generate_until(requests_for(3, tmp_path))
+        out = make_lm(server.base_url, tmp_path, input_part=input_part).generate_until(
+            requests_for(3, tmp_path)
+        )
         problems = list(server.problems)
     assert problems == []
     for i, response in enumerate(out):
