@@ -270,7 +270,12 @@ def transcribe_batch(
             for i, source in enumerate(audios):
                 try:
                     keys[i] = stable_key(
-                        "asr", content_hash(source), backend, model_id, language, asdict(options),
+                        "asr",
+                        content_hash(source),
+                        backend,
+                        model_id,
+                        language,
+                        asdict(options),
                         *(["float16"] if device != "cpu" else []),  # CPU keys as before GPU support
                     )
                 except (AudioError, OSError, TypeError, ValueError) as exc:
@@ -286,7 +291,11 @@ def transcribe_batch(
             try:
                 for w in range(0, len(todo), _DECODE_WINDOW):
                     for i, transcript, cacheable in _transcribe_window(
-                        runner, audios, todo[w : w + _DECODE_WINDOW], language, batch_size,
+                        runner,
+                        audios,
+                        todo[w : w + _DECODE_WINDOW],
+                        language,
+                        batch_size,
                         packed=options.short_clip_decoding == "packed",
                     ):
                         results[i] = transcript
@@ -303,8 +312,14 @@ def transcribe_batch(
     return [r for r in results if r is not None]
 
 
-def _transcribe_window(runner: _Runner, audios: Sequence[AudioSource], indices: list[int],
-                       language: str | None, batch_size: int, packed: bool = True):
+def _transcribe_window(
+    runner: _Runner,
+    audios: Sequence[AudioSource],
+    indices: list[int],
+    language: str | None,
+    batch_size: int,
+    packed: bool = True,
+):
     """Yield (index, Transcript, cacheable) for each index, decoding short clips together.
 
     Audio is decoded per item first, so a bad clip only fails itself. Short clips are sorted by
@@ -332,8 +347,12 @@ def _transcribe_window(runner: _Runner, audios: Sequence[AudioSource], indices: 
         try:
             packed_out = pack([audio for _, audio in short], language)
         except Exception as exc:  # noqa: BLE001 - the batched path below decodes them instead
-            log.warning("packed ASR failed (%s: %s); decoding its %d clips in batches",
-                        type(exc).__name__, exc, len(short))
+            log.warning(
+                "packed ASR failed (%s: %s); decoding its %d clips in batches",
+                type(exc).__name__,
+                exc,
+                len(short),
+            )
             packed_out = [None] * len(short)
         unresolved = []
         for (i, audio), out in zip(short, packed_out):
@@ -347,8 +366,12 @@ def _transcribe_window(runner: _Runner, audios: Sequence[AudioSource], indices: 
         try:
             outputs = batched([audio for _, audio in batch], language)
         except Exception as exc:  # noqa: BLE001 - retried per clip below, so one bad clip fails alone
-            log.warning("batched ASR failed (%s: %s); decoding its %d clips one by one",
-                        type(exc).__name__, exc, len(batch))
+            log.warning(
+                "batched ASR failed (%s: %s); decoding its %d clips one by one",
+                type(exc).__name__,
+                exc,
+                len(batch),
+            )
             for i, audio in batch:
                 yield i, _transcribe_one(runner, audio, language), False
             continue
@@ -425,9 +448,13 @@ class PlacedClip:
     end: float
 
 
-def pack_windows(durations: Sequence[float], indices: Sequence[int] | None = None,
-                 window_seconds: float = PACK_WINDOW_SECONDS, gap_seconds: float = PACK_GAP_SECONDS,
-                 max_clips: int = PACK_MAX_CLIPS) -> list[list[PlacedClip]]:
+def pack_windows(
+    durations: Sequence[float],
+    indices: Sequence[int] | None = None,
+    window_seconds: float = PACK_WINDOW_SECONDS,
+    gap_seconds: float = PACK_GAP_SECONDS,
+    max_clips: int = PACK_MAX_CLIPS,
+) -> list[list[PlacedClip]]:
     """Greedy packing, in order: half a gap of silence, then clip, gap, clip, gap... per window.
 
     A clip that does not fit in a window even alone is left out (it is decoded on its own).
@@ -449,8 +476,13 @@ def pack_windows(durations: Sequence[float], indices: Sequence[int] | None = Non
     return windows
 
 
-def split_window(tokens: Sequence[int], clips: Sequence[PlacedClip], timestamp_begin: int, eot: int,
-                 seconds_per_timestamp: float = 0.02) -> tuple[dict[int, list[int]], set[int]]:
+def split_window(
+    tokens: Sequence[int],
+    clips: Sequence[PlacedClip],
+    timestamp_begin: int,
+    eot: int,
+    seconds_per_timestamp: float = 0.02,
+) -> tuple[dict[int, list[int]], set[int]]:
     """Assign the segments Whisper decoded in a packed window to its clips.
 
     A segment is the text between two timestamp tokens. It belongs to the clip it overlaps by more
@@ -460,6 +492,7 @@ def split_window(tokens: Sequence[int], clips: Sequence[PlacedClip], timestamp_b
     its last timestamp that may be its, or no text was assigned to it (Whisper skipped it, or it is
     silent: the per-clip path applies the no-speech rule).
     """
+
     def counts(overlap: float, clip: PlacedClip) -> bool:
         return overlap > min(0.25, 0.5 * (clip.end - clip.start))
 
@@ -524,7 +557,9 @@ def asr_device(requested: str | None = None) -> str:
         launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
         return f"cuda:{int(os.environ.get('LOCAL_RANK', '0')) % gpus}" if launched else "cuda"
     if not re.fullmatch(r"cpu|cuda(:\d+)?", choice):
-        raise ValueError(f"ASR device must be cpu, cuda or cuda:N, not {requested or os.environ.get(DEVICE_ENV)!r}")
+        raise ValueError(
+            f"ASR device must be cpu, cuda or cuda:N, not {requested or os.environ.get(DEVICE_ENV)!r}"
+        )
     if choice.startswith("cuda") and gpus == 0:
         raise AsrModelError(f"ASR device {choice} requested but no CUDA device is visible; use cpu")
     return choice
@@ -574,7 +609,10 @@ class _FasterWhisperRunner(_Runner):
         try:
             kind, _, index = device.partition(":")
             self.model = WhisperModel(
-                model_name, device=kind, device_index=int(index or 0), compute_type=compute_type,
+                model_name,
+                device=kind,
+                device_index=int(index or 0),
+                compute_type=compute_type,
                 cpu_threads=_cpu_threads(),
             )
         except Exception as exc:  # re-raised with the cause and a remedy
@@ -596,7 +634,6 @@ class _FasterWhisperRunner(_Runner):
         )
         text = "".join(segment.text for segment in segments)  # the generator does the decoding
         return text, info.language
-
 
     def transcribe_many(self, audios: Sequence, language: str | None) -> list[tuple[str, str | None]]:
         """Clips of at most 30 s decoded together: one encode, per-clip language, one beam search.
@@ -640,8 +677,9 @@ class _FasterWhisperRunner(_Runner):
             out.append((tokenizers[lang].decode([t for t in tokens if t < some.eot]), lang))
         return out
 
-    def transcribe_packed(self, audios: Sequence,
-                          language: str | None) -> list[tuple[str, str | None] | None]:
+    def transcribe_packed(
+        self, audios: Sequence, language: str | None
+    ) -> list[tuple[str, str | None] | None]:
         """Short clips packed into shared 30 s windows; None for each clip left to the caller.
 
         Whisper's encoder costs the same for 2 s of speech as for 30 s, so several clips share one
@@ -726,16 +764,26 @@ class _FasterWhisperRunner(_Runner):
         encoded = self._encode(features, self.model.feature_extractor.nb_max_frames)
         return np.asarray(encoded.to_device(ctranslate2.Device.cpu) if encoded.device != "cpu" else encoded)
 
-    def _decode_packed(self, encoded, windows: list[list[PlacedClip]], audios: Sequence,
-                       languages: list[str | None], results: list) -> list[int]:
+    def _decode_packed(
+        self,
+        encoded,
+        windows: list[list[PlacedClip]],
+        audios: Sequence,
+        languages: list[str | None],
+        results: list,
+    ) -> list[int]:
         """Beam-search the windows (one language each), split them; returns the unresolved clips."""
         import ctranslate2
 
         tokenizers = [self._tokenizer(languages[window[0].index]) for window in windows]
         prompts = [tokenizer.sot_sequence for tokenizer in tokenizers]
         caps = [sum(max_new_tokens(audios[clip.index]) for clip in window) for window in windows]
-        outputs = self._generate(ctranslate2.StorageView.from_array(encoded), prompts,
-                                 len(prompts[0]) + min(max(caps), 440), tokenizers[0])
+        outputs = self._generate(
+            ctranslate2.StorageView.from_array(encoded),
+            prompts,
+            len(prompts[0]) + min(max(caps), 440),
+            tokenizers[0],
+        )
         unresolved: list[int] = []
         for window, tokenizer, output in zip(windows, tokenizers, outputs):
             tokens = output.sequences_ids[0]
@@ -766,8 +814,9 @@ class _FasterWhisperRunner(_Runner):
     def _tokenizer(self, language: str | None):
         from faster_whisper.tokenizer import Tokenizer
 
-        return Tokenizer(self.model.hf_tokenizer, self.model.model.is_multilingual, task="transcribe",
-                         language=language)
+        return Tokenizer(
+            self.model.hf_tokenizer, self.model.model.is_multilingual, task="transcribe", language=language
+        )
 
     def _generate(self, encoded, prompts: list[list[int]], max_length: int, tokenizer):
         """WhisperModel.transcribe's beam search for one window per prompt (timestamps on)."""
@@ -786,6 +835,7 @@ class _FasterWhisperRunner(_Runner):
             suppress_tokens=list(get_suppressed_tokens(tokenizer, [-1])),
             max_initial_timestamp_index=round(1.0 / 0.02),  # faster-whisper: 1 s, 20 ms steps
         )
+
 
 def _ends_in_unfinished_segment(tokens: list[int], timestamp_begin: int) -> bool:
     """faster-whisper's rule for decoding a window again: segments closed, last one left open."""

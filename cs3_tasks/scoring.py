@@ -73,8 +73,9 @@ class ModelOutput:
 # reading outputs
 
 
-def read_outputs(outputs_dir: Path, set_name: str, *,
-                 known_sets: Sequence[str] = SETS) -> dict[str, ModelOutput]:
+def read_outputs(
+    outputs_dir: Path, set_name: str, *, known_sets: Sequence[str] = SETS
+) -> dict[str, ModelOutput]:
     """Read one set's outputs from ``outputs_dir`` in the authors' layout or ours.
 
     ``known_sets``: the accepted set names (other tasks, e.g. the belle_eval_s2s conversation set, pass theirs).
@@ -91,7 +92,9 @@ def read_outputs(outputs_dir: Path, set_name: str, *,
     authors = outputs_dir / "json" / f"{set_name}.json"
     ours = output_files(outputs_dir, set_name)
     if authors.is_file() and ours:
-        raise ValueError(f"{outputs_dir}: both {authors.name} (authors' layout) and {ours[0].name} exist; keep one")
+        raise ValueError(
+            f"{outputs_dir}: both {authors.name} (authors' layout) and {ours[0].name} exist; keep one"
+        )
     if authors.is_file():
         return _read_lines(authors, outputs_dir, authors_layout=True)
     if ours:
@@ -107,9 +110,14 @@ def output_files(outputs_dir: Path, set_name: str) -> list[Path]:
     that rank k of a data-parallel run writes. Empty when there is none."""
     outputs_dir = Path(outputs_dir)
     files = [outputs_dir / f"{set_name}.jsonl"]
-    files += [path for path in outputs_dir.glob(f"{glob.escape(set_name)}.rank*.jsonl")
-              if re.fullmatch(r"rank\d+", path.suffixes[-2].lstrip(".") if len(path.suffixes) > 1 else "")]
-    return sorted((path for path in files if path.is_file()), key=lambda path: (path.stat().st_mtime_ns, path.name))
+    files += [
+        path
+        for path in outputs_dir.glob(f"{glob.escape(set_name)}.rank*.jsonl")
+        if re.fullmatch(r"rank\d+", path.suffixes[-2].lstrip(".") if len(path.suffixes) > 1 else "")
+    ]
+    return sorted(
+        (path for path in files if path.is_file()), key=lambda path: (path.stat().st_mtime_ns, path.name)
+    )
 
 
 def read_output_union(files: Sequence[Path], outputs_dir: Path) -> dict[str, ModelOutput]:
@@ -230,18 +238,34 @@ def _blank_record(set_name: str, qid: str, category: str | None, problem: str | 
     }
     for ch in CHANNELS:
         if set_name in KNOWLEDGE_SETS:
-            record.update({
-                f"{ch}_keyword_hit": None, f"{ch}_judge": None, f"{ch}_judge_raw": None,
-                f"{ch}_judge_error": None, f"{ch}_status": "missing", f"{ch}_correct": None,
-            })
+            record.update(
+                {
+                    f"{ch}_keyword_hit": None,
+                    f"{ch}_judge": None,
+                    f"{ch}_judge_raw": None,
+                    f"{ch}_judge_error": None,
+                    f"{ch}_status": "missing",
+                    f"{ch}_correct": None,
+                }
+            )
         else:
             for aspect in OPEN_ENDED_ASPECTS:
-                record.update({f"{ch}_{aspect}": None, f"{ch}_{aspect}_raw": None, f"{ch}_{aspect}_error": None})
+                record.update(
+                    {f"{ch}_{aspect}": None, f"{ch}_{aspect}_raw": None, f"{ch}_{aspect}_error": None}
+                )
             record[f"{ch}_understood"] = None
-    record.update({
-        "psr_recognised": None, "psr_total": None, "english_wer": None, "mixed_error_rate": None,
-        "text_language": None, "speech_language": None, "text_lsa": None, "speech_lsa": None,
-    })
+    record.update(
+        {
+            "psr_recognised": None,
+            "psr_total": None,
+            "english_wer": None,
+            "mixed_error_rate": None,
+            "text_language": None,
+            "speech_language": None,
+            "text_lsa": None,
+            "speech_lsa": None,
+        }
+    )
     return record
 
 
@@ -249,7 +273,9 @@ def _keyword_hit(set_name: str, doc: Mapping, response: str) -> bool:
     from cs3_tasks import metrics
 
     if set_name == "knowledge":
-        return bool(metrics.knowledge_keyword_hit(response, doc.get("Answer_zh") or "", doc.get("Answer_en") or ""))
+        return bool(
+            metrics.knowledge_keyword_hit(response, doc.get("Answer_zh") or "", doc.get("Answer_en") or "")
+        )
     return bool(metrics.english_keyword_hit(response, doc.get("Answer") or ""))
 
 
@@ -261,9 +287,16 @@ def _judge_item(set_name: str, doc: Mapping, response: str, aspect: str | None):
     if aspect is not None:
         return judge.OpenEndedItem(question=question, reference=doc.get("Answer"), response=response, qid=qid)
     if set_name == "knowledge":
-        return judge.KnowledgeItem(question=question, reference=doc.get("Answer_zh") or "", response=response,
-                                   reference_en=doc.get("Answer_en"), qid=qid)
-    return judge.KnowledgeItem(question=question, reference=doc.get("Answer") or "", response=response, qid=qid)
+        return judge.KnowledgeItem(
+            question=question,
+            reference=doc.get("Answer_zh") or "",
+            response=response,
+            reference_en=doc.get("Answer_en"),
+            qid=qid,
+        )
+    return judge.KnowledgeItem(
+        question=question, reference=doc.get("Answer") or "", response=response, qid=qid
+    )
 
 
 @dataclass
@@ -274,8 +307,9 @@ class _JudgeJob:
     item: Any
 
 
-def _run_judge_jobs(set_name: str, jobs: Sequence[_JudgeJob], config: JudgeConfig,
-                    progress: bool = False) -> list[Verdict]:
+def _run_judge_jobs(
+    set_name: str, jobs: Sequence[_JudgeJob], config: JudgeConfig, progress: bool = False
+) -> list[Verdict]:
     """Judge all jobs, one judge call per aspect (the judge sends identical prompts once, concurrently)."""
     from cs3_tasks import judge
 
@@ -319,8 +353,9 @@ def _apply_verdict(record: dict, job: _JudgeJob, verdict: Verdict) -> None:
         record[f"{ch}_understood"] = metrics.understood(record[f"{ch}_relevance"])  # relevance > 3
 
 
-def _channel_keyword(record: dict, set_name: str, doc: Mapping, ch: str, response: str | None,
-                     judge_enabled: bool) -> bool:
+def _channel_keyword(
+    record: dict, set_name: str, doc: Mapping, ch: str, response: str | None, judge_enabled: bool
+) -> bool:
     """Keyword stage of one channel; True when the judge is still needed."""
     if response is None:
         return False  # status stays "missing"
@@ -358,10 +393,18 @@ def _text_metrics(record: dict, set_name: str) -> None:
         record["mixed_error_rate"] = metrics.mixed_error_rate(record["text"], record["transcript"])
 
 
-def score_batch(set_name: str, docs: Sequence[Mapping], outputs: Sequence[ModelOutput], *,
-                asr_model: str | None = None, asr_backend: str = "faster-whisper", asr_device: str | None = None,
-                judge: JudgeConfig | None = None, progress: bool = True,
-                on_record: Callable[[dict], None] | None = None) -> list[dict]:
+def score_batch(
+    set_name: str,
+    docs: Sequence[Mapping],
+    outputs: Sequence[ModelOutput],
+    *,
+    asr_model: str | None = None,
+    asr_backend: str = "faster-whisper",
+    asr_device: str | None = None,
+    judge: JudgeConfig | None = None,
+    progress: bool = True,
+    on_record: Callable[[dict], None] | None = None,
+) -> list[dict]:
     """Per-item records (keys: docs/architecture.md) for ``outputs`` against ``docs``.
 
     One record per doc (a doc without output: problem "no output", channels "missing") and one per
@@ -412,23 +455,35 @@ def score_batch(set_name: str, docs: Sequence[Mapping], outputs: Sequence[ModelO
             continue
         if open_ended:
             if judge_enabled:
-                text_jobs += [_JudgeJob(i, "text", a, _judge_item(set_name, doc, output.text, a))
-                              for a in OPEN_ENDED_ASPECTS]
+                text_jobs += [
+                    _JudgeJob(i, "text", a, _judge_item(set_name, doc, output.text, a))
+                    for a in OPEN_ENDED_ASPECTS
+                ]
         elif _channel_keyword(records[i], set_name, doc, "text", output.text, judge_enabled):
             text_jobs.append(_JudgeJob(i, "text", None, _judge_item(set_name, doc, output.text, None)))
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cs3-text-judge")
-    text_future: Future | None = pool.submit(_run_judge_jobs, set_name, text_jobs, judge) if text_jobs else None
+    text_future: Future | None = (
+        pool.submit(_run_judge_jobs, set_name, text_jobs, judge) if text_jobs else None
+    )
 
     try:
         # (2) speech channel: one batched ASR call over every speech output
-        speech_indices = [i for i, (doc, output) in enumerate(pairs)
-                          if doc is not None and output is not None and output.audio is not None]
+        speech_indices = [
+            i
+            for i, (doc, output) in enumerate(pairs)
+            if doc is not None and output is not None and output.audio is not None
+        ]
         if speech_indices:
             from cs3_tasks.asr import transcribe_batch
 
-            transcripts = transcribe_batch([pairs[i][1].audio for i in speech_indices],
-                                           language=ASR_LANGUAGE_HINT[set_name], model=asr_model, device=asr_device,
-                                           backend=asr_backend, progress=progress)
+            transcripts = transcribe_batch(
+                [pairs[i][1].audio for i in speech_indices],
+                language=ASR_LANGUAGE_HINT[set_name],
+                model=asr_model,
+                device=asr_device,
+                backend=asr_backend,
+                progress=progress,
+            )
             for i, transcript in zip(speech_indices, transcripts):
                 record = records[i]
                 if transcript.error:
@@ -447,8 +502,10 @@ def score_batch(set_name: str, docs: Sequence[Mapping], outputs: Sequence[ModelO
                 continue
             if open_ended:
                 if judge_enabled:
-                    speech_jobs += [_JudgeJob(i, "speech", a, _judge_item(set_name, doc, transcript, a))
-                                    for a in OPEN_ENDED_ASPECTS]
+                    speech_jobs += [
+                        _JudgeJob(i, "speech", a, _judge_item(set_name, doc, transcript, a))
+                        for a in OPEN_ENDED_ASPECTS
+                    ]
             elif _channel_keyword(records[i], set_name, doc, "speech", transcript, judge_enabled):
                 speech_jobs.append(_JudgeJob(i, "speech", None, _judge_item(set_name, doc, transcript, None)))
 
@@ -461,7 +518,10 @@ def score_batch(set_name: str, docs: Sequence[Mapping], outputs: Sequence[ModelO
             emit(i)
 
         # (3) speech channel judged in chunks; each chunk's records are final when it returns
-        chunks = [speech_waiting[k:k + JUDGE_CHUNK_RECORDS] for k in range(0, len(speech_waiting), JUDGE_CHUNK_RECORDS)]
+        chunks = [
+            speech_waiting[k : k + JUDGE_CHUNK_RECORDS]
+            for k in range(0, len(speech_waiting), JUDGE_CHUNK_RECORDS)
+        ]
         for chunk in _maybe_progress(chunks, progress, "judge (speech)"):
             members = set(chunk)
             jobs = [job for job in speech_jobs if job.index in members]
@@ -544,11 +604,13 @@ def _channel_summary(set_name: str, records: Sequence[dict], ch: str) -> dict | 
         summary["mean_semantic"] = metrics.mean_score([r[f"{ch}_semantic"] for r in applicable])
         summary["n_relevance_error"] = sum(1 for r in records if r[f"{ch}_relevance_error"])
         summary["n_semantic_error"] = sum(1 for r in records if r[f"{ch}_semantic_error"])
-        summary["n_unscored"] = sum(1 for r in applicable if r[f"{ch}_relevance"] is None
-                                    and not r[f"{ch}_relevance_error"])
+        summary["n_unscored"] = sum(
+            1 for r in applicable if r[f"{ch}_relevance"] is None and not r[f"{ch}_relevance_error"]
+        )
     summary["lsa"] = metrics.rate([r[f"{ch}_lsa"] for r in applicable])
-    summary["language_counts"] = dict(Counter(r[f"{ch}_language"] for r in records
-                                              if r[f"{ch}_language"] is not None))
+    summary["language_counts"] = dict(
+        Counter(r[f"{ch}_language"] for r in records if r[f"{ch}_language"] is not None)
+    )
     return summary
 
 
@@ -570,9 +632,12 @@ def summarize(set_name: str, records: Sequence[dict]) -> dict:
         "speech": _channel_summary(set_name, scorable, "speech"),
         "psr": _psr(scorable),
         # mean of per-item rates over items that have one (English WER: text response has English words)
-        "english_wer": metrics.mean_score([r["english_wer"] for r in scorable if r["english_wer"] is not None]),
-        "mixed_error_rate": metrics.mean_score([r["mixed_error_rate"] for r in scorable
-                                                if r["mixed_error_rate"] is not None]),
+        "english_wer": metrics.mean_score(
+            [r["english_wer"] for r in scorable if r["english_wer"] is not None]
+        ),
+        "mixed_error_rate": metrics.mean_score(
+            [r["mixed_error_rate"] for r in scorable if r["mixed_error_rate"] is not None]
+        ),
     }
 
 
@@ -588,8 +653,13 @@ def _gap(acc_cs: float | None, acc_en: float | None) -> dict:
     from cs3_tasks import metrics
 
     drop = metrics.accuracy_drop(acc_cs, acc_en)
-    return {"acc_cs": acc_cs, "acc_en": acc_en, "drop_abs": drop["absolute"], "drop_rel": drop["relative"],
-            "preserve": drop["preserve_rate"]}
+    return {
+        "acc_cs": acc_cs,
+        "acc_en": acc_en,
+        "drop_abs": drop["absolute"],
+        "drop_rel": drop["relative"],
+        "preserve": drop["preserve_rate"],
+    }
 
 
 def compare_cs_en(cs_summary: Mapping, en_summary: Mapping) -> dict:
@@ -601,10 +671,13 @@ def compare_cs_en(cs_summary: Mapping, en_summary: Mapping) -> dict:
     comparison: dict[str, Any] = {}
     for ch in CHANNELS:
         entry = _gap(_accuracy(cs_summary, ch), _accuracy(en_summary, ch))
-        categories = sorted(set((cs_summary.get(ch) or {}).get("by_category", {}))
-                            | set((en_summary.get(ch) or {}).get("by_category", {})))
-        entry["by_category"] = {c: _gap(_accuracy(cs_summary, ch, c), _accuracy(en_summary, ch, c))
-                                for c in categories}
+        categories = sorted(
+            set((cs_summary.get(ch) or {}).get("by_category", {}))
+            | set((en_summary.get(ch) or {}).get("by_category", {}))
+        )
+        entry["by_category"] = {
+            c: _gap(_accuracy(cs_summary, ch, c), _accuracy(en_summary, ch, c)) for c in categories
+        }
         comparison[ch] = entry
     return comparison
 
@@ -627,47 +700,74 @@ def _fmt(entry: Mapping | None, percent: bool = True) -> str:
 def summary_markdown(summary: Mapping) -> str:
     """A markdown rendering of `summarize` output (95% CIs in brackets)."""
     set_name = summary["set"]
-    lines = [f"# {summary.get('model') or 'model'}: {set_name}", "",
-             (f"items: {summary['n_items']}, no output: {summary['n_no_output']}, unknown Qids: "
-             f"{summary['n_unknown_qid']}, items with problems: {summary['n_problems']}, "
-             f"ASR errors: {summary['n_asr_error']}"), ""]
+    lines = [
+        f"# {summary.get('model') or 'model'}: {set_name}",
+        "",
+        (
+            f"items: {summary['n_items']}, no output: {summary['n_no_output']}, unknown Qids: "
+            f"{summary['n_unknown_qid']}, items with problems: {summary['n_problems']}, "
+            f"ASR errors: {summary['n_asr_error']}"
+        ),
+        "",
+    ]
     if set_name in KNOWLEDGE_SETS:
-        lines += [("| channel | accuracy [95% CI] | n | judge_error (excluded) | unresolved | empty (wrong) "
-                   "| missing (excluded) | LSA |"),
-                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            (
+                "| channel | accuracy [95% CI] | n | judge_error (excluded) | unresolved | empty (wrong) "
+                "| missing (excluded) | LSA |"
+            ),
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for ch in CHANNELS:
             s = summary.get(ch)
             if s is None:
                 lines.append(f"| {ch} | n/a | 0 | | | | | n/a |")
                 continue
-            lines.append(f"| {ch} | {_fmt(s['accuracy'])} | {s['accuracy']['n']} | {s['n_judge_error']} | "
-                         f"{s['n_unresolved']} | {s['n_empty']} | {s['n_missing']} | {_fmt(s['lsa'])} |")
-        categories = sorted({c for ch in CHANNELS for c in ((summary.get(ch) or {}).get("by_category") or {})})
+            lines.append(
+                f"| {ch} | {_fmt(s['accuracy'])} | {s['accuracy']['n']} | {s['n_judge_error']} | "
+                f"{s['n_unresolved']} | {s['n_empty']} | {s['n_missing']} | {_fmt(s['lsa'])} |"
+            )
+        categories = sorted(
+            {c for ch in CHANNELS for c in ((summary.get(ch) or {}).get("by_category") or {})}
+        )
         if categories:
             lines += ["", "| category | text accuracy | speech accuracy |", "| --- | --- | --- |"]
             for c in categories:
                 cells = [_fmt(((summary.get(ch) or {}).get("by_category") or {}).get(c)) for ch in CHANNELS]
                 lines.append(f"| {c} | {cells[0]} | {cells[1]} |")
     else:
-        lines += ["| channel | understanding rate | mean relevance | mean semantic | judge errors | LSA |",
-                  "| --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "| channel | understanding rate | mean relevance | mean semantic | judge errors | LSA |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
         for ch in CHANNELS:
             s = summary.get(ch)
             if s is None:
                 lines.append(f"| {ch} | n/a | n/a | n/a | | n/a |")
                 continue
-            lines.append(f"| {ch} | {_fmt(s['understanding_rate'])} | {_fmt(s['mean_relevance'], False)} | "
-                         f"{_fmt(s['mean_semantic'], False)} | {s['n_relevance_error'] + s['n_semantic_error']} "
-                         f"| {_fmt(s['lsa'])} |")
+            lines.append(
+                f"| {ch} | {_fmt(s['understanding_rate'])} | {_fmt(s['mean_relevance'], False)} | "
+                f"{_fmt(s['mean_semantic'], False)} | {s['n_relevance_error'] + s['n_semantic_error']} "
+                f"| {_fmt(s['lsa'])} |"
+            )
     psr = summary["psr"]
-    lines += ["", "| PSR | English WER | mixed error rate |", "| --- | --- | --- |",
-              (f"| {_fmt(psr)} ({psr['recognised']}/{psr['words']} words; {psr['n_excluded_no_english']} items "
-              f"without English words excluded) | {_fmt(summary['english_wer'], False)} | "
-              f"{_fmt(summary['mixed_error_rate'], False)} |")]
+    lines += [
+        "",
+        "| PSR | English WER | mixed error rate |",
+        "| --- | --- | --- |",
+        (
+            f"| {_fmt(psr)} ({psr['recognised']}/{psr['words']} words; {psr['n_excluded_no_english']} items "
+            f"without English words excluded) | {_fmt(summary['english_wer'], False)} | "
+            f"{_fmt(summary['mixed_error_rate'], False)} |"
+        ),
+    ]
     comparison = summary.get("cs_vs_en")
     if comparison:
-        lines += ["", "| channel | acc cs | acc en | drop (abs) | drop (rel) | preserve |",
-                  "| --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "",
+            "| channel | acc cs | acc en | drop (abs) | drop (rel) | preserve |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
         for ch in CHANNELS:
             c = comparison[ch]
             cells = [_fmt({"value": c[k]}) for k in ("acc_cs", "acc_en", "drop_abs", "drop_rel", "preserve")]
@@ -699,8 +799,11 @@ def _needs_rescore(record: Mapping, output: ModelOutput | None) -> bool:
     """A record is reused unless it carries a retryable failure or the output changed since."""
     if record.get("asr_error"):
         return True
-    if any(record.get(f"{ch}_{suffix}") for ch in CHANNELS
-           for suffix in ("judge_error", "relevance_error", "semantic_error")):
+    if any(
+        record.get(f"{ch}_{suffix}")
+        for ch in CHANNELS
+        for suffix in ("judge_error", "relevance_error", "semantic_error")
+    ):
         return True
     if output is None:
         return record.get("text") is not None or record.get("audio") is not None
@@ -736,19 +839,36 @@ def load_docs(set_name: str, location: str | None = None) -> list[dict]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--outputs", required=True, type=Path,
-                        help="outputs dir: json/<set>.json + wav/<Qid>.wav (authors) or <set>.jsonl (ours)")
+    parser.add_argument(
+        "--outputs",
+        required=True,
+        type=Path,
+        help="outputs dir: json/<set>.json + wav/<Qid>.wav (authors) or <set>.jsonl (ours)",
+    )
     parser.add_argument("--set", required=True, choices=SETS, dest="set_name")
     parser.add_argument("--out", required=True, type=Path, help="result dir (records, summary)")
-    parser.add_argument("--dataset", default=None,
-                        help="dataset: Hub id, local build dir, 'demo', or a source JSON file of the set")
-    parser.add_argument("--asr-model", default=None, help="ASR model name or path (default: asr.default_model())")
-    parser.add_argument("--asr-backend", default="faster-whisper", choices=("faster-whisper", "openai-whisper"))
-    parser.add_argument("--asr-device", default=None,
-                        help="cpu, cuda or cuda:N (default: $CS3_ASR_DEVICE, else cuda when available, else cpu)")
-    parser.add_argument("--model-name", default=None, help="name of the scored model (default: outputs dir name)")
-    parser.add_argument("--restart", action="store_true",
-                        help="discard existing records (caches still make the re-run cheap)")
+    parser.add_argument(
+        "--dataset",
+        default=None,
+        help="dataset: Hub id, local build dir, 'demo', or a source JSON file of the set",
+    )
+    parser.add_argument(
+        "--asr-model", default=None, help="ASR model name or path (default: asr.default_model())"
+    )
+    parser.add_argument(
+        "--asr-backend", default="faster-whisper", choices=("faster-whisper", "openai-whisper")
+    )
+    parser.add_argument(
+        "--asr-device",
+        default=None,
+        help="cpu, cuda or cuda:N (default: $CS3_ASR_DEVICE, else cuda when available, else cpu)",
+    )
+    parser.add_argument(
+        "--model-name", default=None, help="name of the scored model (default: outputs dir name)"
+    )
+    parser.add_argument(
+        "--restart", action="store_true", help="discard existing records (caches still make the re-run cheap)"
+    )
     parser.add_argument("--no-progress", action="store_true")
     from cs3_tasks import judge
 
@@ -764,8 +884,11 @@ def _settings(args: argparse.Namespace, judge_config: JudgeConfig | None) -> dic
         "asr_backend": args.asr_backend,
         "asr_language": ASR_LANGUAGE_HINT[args.set_name],
         "asr_decoding": asr.runner_options(),
-        "judge": None if judge_config is None else {
-            "base_url": judge_config.base_url, "model": judge_config.model,
+        "judge": None
+        if judge_config is None
+        else {
+            "base_url": judge_config.base_url,
+            "model": judge_config.model,
             "temperature": judge_config.temperature,
         },
     }
@@ -796,8 +919,11 @@ def run(args: argparse.Namespace) -> int:
     if records_path.is_file() and settings_path.is_file():
         previous = json.loads(settings_path.read_text(encoding="utf-8"))
         if previous != settings:
-            print(f"error: {records_path} was made with other settings ({previous}); now {settings}. "
-                  "Use --restart (ASR and judge caches keep it cheap) or another --out.", file=sys.stderr)
+            print(
+                f"error: {records_path} was made with other settings ({previous}); now {settings}. "
+                "Use --restart (ASR and judge caches keep it cheap) or another --out.",
+                file=sys.stderr,
+            )
             return 2
     settings_path.write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
@@ -808,21 +934,32 @@ def run(args: argparse.Namespace) -> int:
     pending = {q for q in order if q not in done or _needs_rescore(done[q], outputs.get(q))}
     pending_docs = [d for d in docs if str(d["Qid"]) in pending]
     pending_outputs = [o for q, o in outputs.items() if q in pending]
-    print(f"{set_name}: {len(order)} items, {len(order) - len(pending)} already scored, {len(pending)} to score",
-          file=sys.stderr)
+    print(
+        f"{set_name}: {len(order)} items, {len(order) - len(pending)} already scored, {len(pending)} to score",
+        file=sys.stderr,
+    )
     if records_path.is_file():  # a torn last line (killed mid-write) must not swallow the next record
         _rewrite_records(records_path, list(done.values()))
 
     with open(records_path, "a", encoding="utf-8") as handle:
+
         def append(record: dict) -> None:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
             handle.flush()
             done[record["qid"]] = record
 
         if pending:
-            score_batch(set_name, pending_docs, pending_outputs, asr_model=args.asr_model,
-                        asr_backend=args.asr_backend, asr_device=args.asr_device, judge=judge_config, progress=not args.no_progress,
-                        on_record=append)
+            score_batch(
+                set_name,
+                pending_docs,
+                pending_outputs,
+                asr_model=args.asr_model,
+                asr_backend=args.asr_backend,
+                asr_device=args.asr_device,
+                judge=judge_config,
+                progress=not args.no_progress,
+                on_record=append,
+            )
 
     final = [done[q] for q in order if q in done]
     _rewrite_records(records_path, final)  # compact: one record per Qid, dataset order
@@ -834,8 +971,9 @@ def run(args: argparse.Namespace) -> int:
         other_summary = json.loads((out / f"{other}.summary.json").read_text(encoding="utf-8"))
         cs, en = (summary, other_summary) if set_name == "knowledge" else (other_summary, summary)
         summary["cs_vs_en"] = compare_cs_en(cs, en)
-    (out / f"{set_name}.summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n",
-                                                  encoding="utf-8")
+    (out / f"{set_name}.summary.json").write_text(
+        json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     markdown = summary_markdown(summary)
     (out / f"{set_name}.summary.md").write_text(markdown, encoding="utf-8")
     print(markdown)

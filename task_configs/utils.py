@@ -54,8 +54,13 @@ def _load(set_name: str, dataset: str | None = None, **metadata: Any):
     # lm-eval loads every task of a run before it filters any: records of an earlier run in this
     # process (e.g. the previous demo system) must not leak into this run's cs-vs-en comparison
     _RECORDS.clear()
-    _SETTINGS.update({k: metadata[k] for k in ("asr_model", "asr_backend", "asr_device", "judge", "judge_model",
-                                                 "judge_base_url") if k in metadata})
+    _SETTINGS.update(
+        {
+            k: metadata[k]
+            for k in ("asr_model", "asr_backend", "asr_device", "judge", "judge_model", "judge_base_url")
+            if k in metadata
+        }
+    )
     ds = data.load_set(set_name, data.dataset_location(dataset))
     rows = [dict(row) for row in ds]
     for row in rows:
@@ -158,8 +163,12 @@ class ScoreResponses(Filter):
 
         outputs = [model_output(doc, responses) for doc, responses in zip(docs, resps)]
         records = scoring.score_batch(
-            self.set_name, list(docs), outputs, asr_model=_SETTINGS.get("asr_model"),
-            asr_backend=_SETTINGS.get("asr_backend") or "faster-whisper", asr_device=_SETTINGS.get("asr_device"),
+            self.set_name,
+            list(docs),
+            outputs,
+            asr_model=_SETTINGS.get("asr_model"),
+            asr_backend=_SETTINGS.get("asr_backend") or "faster-whisper",
+            asr_device=_SETTINGS.get("asr_device"),
             judge=judge_config(),
             progress=True,
         )
@@ -244,9 +253,18 @@ KNOWLEDGE_METRICS = (
 )
 CS_VS_EN_METRICS = ["drop_text", "drop_speech", "preserve_text", "preserve_speech"]
 OPEN_ENDED_METRICS = [
-    "understanding_text", "understanding_speech", "relevance_text", "relevance_speech",
-    "semantic_text", "semantic_speech", "psr", "english_wer", "lsa_text", "lsa_speech",
-    "judge_errors", "asr_errors",
+    "understanding_text",
+    "understanding_speech",
+    "relevance_text",
+    "relevance_speech",
+    "semantic_text",
+    "semantic_speech",
+    "psr",
+    "english_wer",
+    "lsa_text",
+    "lsa_speech",
+    "judge_errors",
+    "asr_errors",
 ]
 _TEXT_ONLY_EXCLUDED = ("speech", "psr", "english_wer", "asr_errors")
 
@@ -271,7 +289,9 @@ def process_results(doc: Mapping, results: Sequence[str]) -> dict[str, dict]:
 _SUMMARY_CACHE: dict[tuple, tuple[list, dict]] = {}
 
 
-def memoized_summary(kind: str, records: Sequence[Mapping], summarize_records: Callable[[list], dict]) -> dict:
+def memoized_summary(
+    kind: str, records: Sequence[Mapping], summarize_records: Callable[[list], dict]
+) -> dict:
     """One summary per (kind, record list): every aggregation of a task reads the same summary.
 
     Keyed by the records' identities (lm-eval hands each aggregation the same objects); the records are
@@ -365,9 +385,14 @@ agg_relevance_text = _summary_metric("text", "mean_relevance", "value")
 agg_relevance_speech = _summary_metric("speech", "mean_relevance", "value")
 agg_semantic_text = _summary_metric("text", "mean_semantic", "value")
 agg_semantic_speech = _summary_metric("speech", "mean_semantic", "value")
-agg_judge_errors = _count(("text", "n_judge_error"), ("speech", "n_judge_error"),
-                          ("text", "n_relevance_error"), ("speech", "n_relevance_error"),
-                          ("text", "n_semantic_error"), ("speech", "n_semantic_error"))
+agg_judge_errors = _count(
+    ("text", "n_judge_error"),
+    ("speech", "n_judge_error"),
+    ("text", "n_relevance_error"),
+    ("speech", "n_relevance_error"),
+    ("text", "n_semantic_error"),
+    ("speech", "n_semantic_error"),
+)
 agg_asr_errors = _count(("n_asr_error",))
 agg_drop_text = _cs_vs_en("text", "drop_abs")
 agg_drop_speech = _cs_vs_en("speech", "drop_abs")

@@ -59,8 +59,13 @@ def _audio_data(part: dict) -> str:
 
 
 class FakeAudioServer:
-    def __init__(self, speak: bool = False, shape: str = "openai", input_part: str = "input_audio",
-                 die_after: int | None = None) -> None:
+    def __init__(
+        self,
+        speak: bool = False,
+        shape: str = "openai",
+        input_part: str = "input_audio",
+        die_after: int | None = None,
+    ) -> None:
         self.speak = speak  # True: reply audio is espeak-ng speech, else a 440 Hz tone
         self.shape, self.input_part, self.die_after = shape, input_part, die_after
         self.answered = 0  # requests answered (with any status)
@@ -129,10 +134,12 @@ class FakeAudioServer:
         audio = {"id": "a1", "data": base64.b64encode(wav).decode(), "transcript": transcript}
         if self.shape == "vllm-omni":  # text and speech in two choices; no transcript on the audio
             audio.pop("transcript")
-            return 200, {"choices": [
-                {"index": 0, "message": {"role": "assistant", "content": transcript}},
-                {"index": 1, "message": {"role": "assistant", "content": "", "audio": audio}},
-            ]}
+            return 200, {
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": transcript}},
+                    {"index": 1, "message": {"role": "assistant", "content": "", "audio": audio}},
+                ]
+            }
         return 200, {"choices": [{"message": {"role": "assistant", "content": None, "audio": audio}}]}
 
     def _handler(self):

@@ -168,7 +168,9 @@ def test_real_model_cache_hit_does_no_asr(whisper_base, monkeypatch, isolated_ca
     runner = asr._load_runner("faster-whisper", whisper_base)
     clips = []
     original = runner.transcribe_packed
-    monkeypatch.setattr(runner, "transcribe_packed", lambda audios, lang: clips.extend(audios) or original(audios, lang))
+    monkeypatch.setattr(
+        runner, "transcribe_packed", lambda audios, lang: clips.extend(audios) or original(audios, lang)
+    )
     second = transcribe_batch([str(w) for w in wavs], model=whisper_base, progress=False)
     assert second == first and clips == []
     third = transcribe_batch(wavs, model=whisper_base, use_cache=False, progress=False)
@@ -185,7 +187,9 @@ def test_batched_and_per_clip_decoding_give_identical_transcripts(whisper_base, 
     runner = asr._load_runner("faster-whisper", whisper_base)
     batches = []
     original = runner.transcribe_many
-    monkeypatch.setattr(runner, "transcribe_many", lambda a, lang: batches.append(len(a)) or original(a, lang))
+    monkeypatch.setattr(
+        runner, "transcribe_many", lambda a, lang: batches.append(len(a)) or original(a, lang)
+    )
     batched = transcribe_batch(wavs, model=whisper_base, use_cache=False, progress=False, batch_size=4)
     per_clip = transcribe_batch(wavs, model=whisper_base, use_cache=False, progress=False, batch_size=1)
     assert batches == [4, 2]  # batch_size=1 never calls the batched path
@@ -206,8 +210,9 @@ def test_language_is_detected_per_clip_in_one_batch(whisper_base, tmp_path, monk
     calls = {"transcribe_many": [], "transcribe_packed": []}
     for name, seen in calls.items():
         original = getattr(runner, name)
-        monkeypatch.setattr(runner, name,
-                            lambda a, lang, o=original, seen=seen: seen.append(len(a)) or o(a, lang))
+        monkeypatch.setattr(
+            runner, name, lambda a, lang, o=original, seen=seen: seen.append(len(a)) or o(a, lang)
+        )
     zh, en = transcribe_batch([chinese, english], model=whisper_base, use_cache=False, progress=False)
     if mode == "batched":
         assert calls == {"transcribe_many": [2], "transcribe_packed": []}  # one batched decode
@@ -226,7 +231,9 @@ def test_corrupt_clip_in_a_batch_fails_alone(whisper_base, tmp_path, monkeypatch
     runner = asr._load_runner("faster-whisper", whisper_base)
     batches = []
     original = runner.transcribe_many
-    monkeypatch.setattr(runner, "transcribe_many", lambda a, lang: batches.append(len(a)) or original(a, lang))
+    monkeypatch.setattr(
+        runner, "transcribe_many", lambda a, lang: batches.append(len(a)) or original(a, lang)
+    )
     out = transcribe_batch([wavs[0], corrupt, wavs[1]], model=whisper_base, use_cache=False, progress=False)
     assert batches == [2]
     assert out[1].text == "" and out[1].language is None and "undecodable" in out[1].error
@@ -256,7 +263,9 @@ def test_packed_decoding_matches_per_clip_accuracy_on_belle(whisper_base, monkey
     runner = asr._load_runner("faster-whisper", whisper_base)
     left_over = []
     original = runner.transcribe_many
-    monkeypatch.setattr(runner, "transcribe_many", lambda a, lang: left_over.append(len(a)) or original(a, lang))
+    monkeypatch.setattr(
+        runner, "transcribe_many", lambda a, lang: left_over.append(len(a)) or original(a, lang)
+    )
     packed = transcribe_batch(wavs, model=whisper_base, use_cache=False, progress=False)
     assert sum(left_over) <= 6, left_over  # most clips were resolved by the packed windows
     monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "batched")
@@ -268,7 +277,10 @@ def test_packed_decoding_matches_per_clip_accuracy_on_belle(whisper_base, monkey
     # no clip took a neighbour's words: each transcript is closest to its own reference
     for i, transcript in enumerate(packed):
         own = _cer(refs[i], transcript.text)
-        assert all(own <= _cer(other, transcript.text) for j, other in enumerate(refs) if j != i), (i, transcript)
+        assert all(own <= _cer(other, transcript.text) for j, other in enumerate(refs) if j != i), (
+            i,
+            transcript,
+        )
 
 
 def test_uncertain_language_clips_are_decoded_alone(whisper_base, monkeypatch):
@@ -280,13 +292,19 @@ def test_uncertain_language_clips_are_decoded_alone(whisper_base, monkeypatch):
     assert all(lang == "zh" and p > 0.95 for lang, p in sure), sure
     unsure = asr.PACK_MIN_LANGUAGE_PROBABILITY - 0.01
     # transcribe_batch sorts clips by length: make the shortest one the unsure one
-    monkeypatch.setattr(runner, "detect_languages",
-                        lambda audios: [(lang, unsure if len(a) == min(map(len, audios)) else p)
-                                        for a, (lang, p) in zip(audios, detect(audios))])
+    monkeypatch.setattr(
+        runner,
+        "detect_languages",
+        lambda audios: [
+            (lang, unsure if len(a) == min(map(len, audios)) else p)
+            for a, (lang, p) in zip(audios, detect(audios))
+        ],
+    )
     alone = []
     original = runner.transcribe_many
-    monkeypatch.setattr(runner, "transcribe_many",
-                        lambda a, lang: alone.extend(len(x) for x in a) or original(a, lang))
+    monkeypatch.setattr(
+        runner, "transcribe_many", lambda a, lang: alone.extend(len(x) for x in a) or original(a, lang)
+    )
     out = transcribe_batch(wavs, model=whisper_base, use_cache=False, progress=False)
     assert alone == [min(len(load_audio(w)) for w in wavs)]
     assert all(t.error is None and t.text and t.language == "zh" for t in out), out
@@ -295,8 +313,9 @@ def test_uncertain_language_clips_are_decoded_alone(whisper_base, monkeypatch):
 def test_silent_clip_among_packed_clips_is_empty_and_neighbours_are_intact(whisper_base):
     wavs = [p for p, _ in _belle_pairs()[:3]]
     silence = np.zeros(3 * SAMPLE_RATE, dtype=np.float32)
-    out = transcribe_batch([wavs[0], silence, wavs[1], wavs[2]], model=whisper_base, use_cache=False,
-                           progress=False)
+    out = transcribe_batch(
+        [wavs[0], silence, wavs[1], wavs[2]], model=whisper_base, use_cache=False, progress=False
+    )
     assert out[1].error is None and out[1].text == ""
     refs = [r for _, r in _belle_pairs()[:3]]
     assert [_cer(r, t.text) < 0.35 for r, t in zip(refs, (out[0], out[2], out[3]))] == [True] * 3, out
@@ -441,8 +460,12 @@ def test_packing_leaves_unresolved_clips_to_the_batched_path(fake_packed):
     out = transcribe_batch(clips, model="m", progress=False, batch_size=4)
     assert fake_packed.packed == [[1600, 3200, 4800]]  # short clips, sorted by length
     assert fake_packed.batches == [[1600, 4800]]  # the two packing left unresolved
-    assert [t.text for t in out] == ["packed len=3200", "batched len=1600", f"len={31 * SAMPLE_RATE}",
-                                     "batched len=4800"]
+    assert [t.text for t in out] == [
+        "packed len=3200",
+        "batched len=1600",
+        f"len={31 * SAMPLE_RATE}",
+        "batched len=4800",
+    ]
 
 
 def test_silent_clips_are_empty_without_decoding(fake_packed):
@@ -499,8 +522,12 @@ def test_split_window_assigns_segments_to_the_clip_they_overlap():
 
 
 def test_split_window_leaves_merged_skipped_and_unfinished_clips_unresolved():
-    clips = [asr.PlacedClip(0, 0.75, 2.0), asr.PlacedClip(1, 3.5, 6.0), asr.PlacedClip(2, 7.5, 9.0),
-             asr.PlacedClip(3, 10.5, 12.0)]
+    clips = [
+        asr.PlacedClip(0, 0.75, 2.0),
+        asr.PlacedClip(1, 3.5, 6.0),
+        asr.PlacedClip(2, 7.5, 9.0),
+        asr.PlacedClip(3, 10.5, 12.0),
+    ]
     merged = [_ts(0.0), 1, 2, _ts(6.0), _ts(7.4), 3, _ts(9.2), EOT]  # clips 0+1 in one segment, 3 skipped
     assert asr.split_window(merged, clips, TS, EOT) == ({2: [3]}, {0, 1, 3})
     in_gap = [_ts(0.5), 1, _ts(2.2), _ts(6.3), 2, _ts(7.3), _ts(7.5), 3, _ts(9.0), _ts(10.5), 4, _ts(12.0)]

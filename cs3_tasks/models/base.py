@@ -47,11 +47,11 @@ ERRORS_FILE = "errors.jsonl"
 class SpeechRequest:
     """One lm-eval generate_until request, in the terms a speech model needs."""
 
-    index: int                  # position in the lm-eval request list
-    task: str                   # lm-eval task name, e.g. "cs3_knowledge"
-    qid: str                    # item id, names the saved wav
-    instruction: str            # the context lm-eval built (doc_to_text); may be ""
-    audio: AudioSource | None   # the query audio as the task gave it (bytes or a path)
+    index: int  # position in the lm-eval request list
+    task: str  # lm-eval task name, e.g. "cs3_knowledge"
+    qid: str  # item id, names the saved wav
+    instruction: str  # the context lm-eval built (doc_to_text); may be ""
+    audio: AudioSource | None  # the query audio as the task gave it (bytes or a path)
     gen_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -140,7 +140,7 @@ def pick_device(requested: str | None) -> str:
 def chunked(items: Sequence, size: int) -> Iterator[Sequence]:
     size = max(1, int(size))
     for start in range(0, len(items), size):
-        yield items[start:start + size]
+        yield items[start : start + size]
 
 
 class SpeechLM(DataParallelLM):
@@ -156,7 +156,7 @@ class SpeechLM(DataParallelLM):
         output_dir: str | None = None,
         batch_size: int | str | None = 1,
         resume: bool = False,
-        max_batch_size: int | None = None,   # passed by lm-eval; unused
+        max_batch_size: int | None = None,  # passed by lm-eval; unused
         device: str | None = None,
         **unknown: Any,
     ) -> None:
@@ -184,7 +184,9 @@ class SpeechLM(DataParallelLM):
         """One outcome per request: a SpeechReply or the exception that item raised."""
         raise NotImplementedError
 
-    def generate_all(self, requests: Sequence[SpeechRequest], done: Callable[[SpeechRequest, Outcome], None]) -> None:
+    def generate_all(
+        self, requests: Sequence[SpeechRequest], done: Callable[[SpeechRequest, Outcome], None]
+    ) -> None:
         """Run every request, calling ``done`` once per item. Default: chunks of ``batch_size``.
 
         A chunk that raises as a whole is retried item by item, so the failure lands on the item that
@@ -199,8 +201,12 @@ class SpeechLM(DataParallelLM):
                 if len(chunk) == 1:
                     outcomes = [batch_error]
                 else:
-                    log.warning("%s: batch of %d failed (%s); retrying one by one",
-                                self.model_name, len(chunk), batch_error)
+                    log.warning(
+                        "%s: batch of %d failed (%s); retrying one by one",
+                        self.model_name,
+                        len(chunk),
+                        batch_error,
+                    )
                     outcomes = [self._one(req) for req in chunk]
             for req, outcome in zip(chunk, outcomes):
                 done(req, outcome)
@@ -217,8 +223,9 @@ class SpeechLM(DataParallelLM):
     def query_audio(req: SpeechRequest, sample_rate: int = 16_000) -> np.ndarray:
         """The query waveform; a clear error naming the Qid when it is missing or unreadable."""
         if req.audio is None:
-            raise ItemError(f"{req.task}/{req.qid}: the request carries no query audio "
-                            "(does the task set doc_to_audio?)")
+            raise ItemError(
+                f"{req.task}/{req.qid}: the request carries no query audio (does the task set doc_to_audio?)"
+            )
         try:
             return load_audio(req.audio, sample_rate)
         except Exception as error:
@@ -242,8 +249,13 @@ class SpeechLM(DataParallelLM):
             else:
                 todo.append(req)
         if previous:
-            log.info("%s: resume: %d of %d items already answered in %s",
-                     self.model_name, len(reqs) - len(todo), len(reqs), self.output_dir)
+            log.info(
+                "%s: resume: %d of %d items already answered in %s",
+                self.model_name,
+                len(reqs) - len(todo),
+                len(reqs),
+                self.output_dir,
+            )
 
         bar = tqdm(total=len(todo), desc=f"{self.model_name} speech generation", disable=disable_tqdm)
 
@@ -260,8 +272,9 @@ class SpeechLM(DataParallelLM):
         missing = [reqs[i].qid for i, r in enumerate(results) if r is None]
         for i, r in enumerate(results):
             if r is None:  # a subclass that forgot an item: record it rather than crash lm-eval
-                results[i] = self._finish(reqs[i], ItemError(f"{reqs[i].qid}: no result produced"),
-                                          requests[i])
+                results[i] = self._finish(
+                    reqs[i], ItemError(f"{reqs[i].qid}: no result produced"), requests[i]
+                )
         if missing:
             log.error("%s: %d items produced no result: %s", self.model_name, len(missing), missing[:5])
         with self._write_lock:
@@ -317,9 +330,14 @@ class SpeechLM(DataParallelLM):
     def _record_failure(self, req: SpeechRequest, error: BaseException) -> None:
         message = f"{type(error).__name__}: {error}"
         log.warning("%s: item %s/%s failed: %s", self.model_name, req.task, req.qid, message)
-        row = {"task": req.task, "Qid": req.qid, "model": self.label(), "error": message,
-               "traceback": "".join(traceback.format_exception(error))[-4000:],
-               "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        row = {
+            "task": req.task,
+            "Qid": req.qid,
+            "model": self.label(),
+            "error": message,
+            "traceback": "".join(traceback.format_exception(error))[-4000:],
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        }
         self._append_jsonl(self.output_dir / f"{Path(ERRORS_FILE).stem}{self.shard_suffix()}.jsonl", row)
 
     def responses_file(self, task: str) -> Path:
@@ -375,8 +393,11 @@ class SpeechLM(DataParallelLM):
         for task in {req.task for req in reqs}:
             # every rank's shard, oldest file first: an item answered by any rank of an earlier run
             # (whatever its process count) is not asked again
-            for line in (line for path in output_files(self.output_dir, self.set_name(task))
-                         for line in path.read_text(encoding="utf-8").splitlines()):
+            for line in (
+                line
+                for path in output_files(self.output_dir, self.set_name(task))
+                for line in path.read_text(encoding="utf-8").splitlines()
+            ):
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError:

@@ -66,8 +66,10 @@ class CascadeLM(SpeechLM):
         **kwargs: Any,
     ) -> None:
         if bool(llm) == bool(llm_base_url):
-            raise ValueError("cs3-cascade needs exactly one LLM: llm=<HF path or id> or "
-                             "llm_base_url=<OpenAI-compatible URL> (with llm_model=<name>)")
+            raise ValueError(
+                "cs3-cascade needs exactly one LLM: llm=<HF path or id> or "
+                "llm_base_url=<OpenAI-compatible URL> (with llm_model=<name>)"
+            )
         if llm_base_url and not llm_model:
             raise ValueError("cs3-cascade: llm_base_url needs llm_model=<served model name>")
         self.llm_name = str(llm or llm_model)
@@ -76,8 +78,12 @@ class CascadeLM(SpeechLM):
         self.send_instruction = as_bool(send_instruction)
         self.max_new_tokens = int(max_new_tokens)
         # default: this rank's GPU when there is one (cs3_tasks.asr.asr_device)
-        self.asr = {"model": asr_model, "backend": asr_backend, "use_cache": as_bool(asr_use_cache),
-                    "device": asr_device or None}
+        self.asr = {
+            "model": asr_model,
+            "backend": asr_backend,
+            "use_cache": as_bool(asr_use_cache),
+            "device": asr_device or None,
+        }
         self.asr_language = asr_language or None
         self.tts_backend, self.tts_voice = tts_backend, tts_voice
         self.max_concurrency = max(1, int(max_concurrency))
@@ -87,9 +93,14 @@ class CascadeLM(SpeechLM):
             from cs3_tasks.models.openai_audio import chat_url
 
             self.hf = None
-            self.endpoint = {"url": chat_url(llm_base_url), "model": llm_model, "api_key_env": llm_api_key_env,
-                             "timeout": float(timeout), "max_retries": int(max_retries),
-                             "retry_wait": float(retry_wait)}
+            self.endpoint = {
+                "url": chat_url(llm_base_url),
+                "model": llm_model,
+                "api_key_env": llm_api_key_env,
+                "timeout": float(timeout),
+                "max_retries": int(max_retries),
+                "retry_wait": float(retry_wait),
+            }
             self._session = requests.Session()
         else:
             self.endpoint = None
@@ -114,7 +125,9 @@ class CascadeLM(SpeechLM):
         transcripts = transcribe_batch([requests[i].audio for i in with_audio], self.asr_language, **self.asr)
         for i, transcript in zip(with_audio, transcripts):
             if transcript.error:
-                results[i] = ItemError(f"{requests[i].task}/{requests[i].qid}: ASR failed: {transcript.error}")
+                results[i] = ItemError(
+                    f"{requests[i].task}/{requests[i].qid}: ASR failed: {transcript.error}"
+                )
             elif not transcript.text.strip():
                 results[i] = ItemError(f"{requests[i].task}/{requests[i].qid}: ASR heard nothing")
             else:
@@ -122,12 +135,17 @@ class CascadeLM(SpeechLM):
         return results
 
     def messages(self, req: SpeechRequest, transcript: str) -> list[dict]:
-        user = f"{req.instruction.strip()}\n\n{transcript}" if self.send_instruction and req.instruction.strip() \
+        user = (
+            f"{req.instruction.strip()}\n\n{transcript}"
+            if self.send_instruction and req.instruction.strip()
             else transcript
+        )
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return system + [{"role": "user", "content": user}]
 
-    def answer(self, requests: Sequence[SpeechRequest], transcripts: Sequence[str]) -> list[str | BaseException]:
+    def answer(
+        self, requests: Sequence[SpeechRequest], transcripts: Sequence[str]
+    ) -> list[str | BaseException]:
         conversations = [self.messages(req, text) for req, text in zip(requests, transcripts)]
         if self.endpoint is not None:
             with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
@@ -154,8 +172,9 @@ class CascadeLM(SpeechLM):
         audio, rate = synthesize(text, backend=self.tts_backend, voice=self.tts_voice)
         return SpeechReply(text=text, audio=audio, sample_rate=rate)
 
-    def generate_all(self, requests: Sequence[SpeechRequest],
-                     done: Callable[[SpeechRequest, Outcome], None]) -> None:
+    def generate_all(
+        self, requests: Sequence[SpeechRequest], done: Callable[[SpeechRequest, Outcome], None]
+    ) -> None:
         if not requests:
             return
         heard = self.transcribe(requests)
@@ -180,9 +199,21 @@ class CascadeLM(SpeechLM):
         from cs3_tasks.models.openai_audio import post_chat
 
         e = self.endpoint
-        body = {"model": e["model"], "messages": conversation, "max_tokens": self.max_new_tokens, "temperature": 0}
-        reply = post_chat(self._session, e["url"], body, api_key_env=e["api_key_env"], timeout=e["timeout"],
-                          max_retries=e["max_retries"], retry_wait=e["retry_wait"])
+        body = {
+            "model": e["model"],
+            "messages": conversation,
+            "max_tokens": self.max_new_tokens,
+            "temperature": 0,
+        }
+        reply = post_chat(
+            self._session,
+            e["url"],
+            body,
+            api_key_env=e["api_key_env"],
+            timeout=e["timeout"],
+            max_retries=e["max_retries"],
+            retry_wait=e["retry_wait"],
+        )
         try:
             content = reply["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError) as error:
@@ -194,14 +225,19 @@ class CascadeLM(SpeechLM):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         device = pick_device(self.device_name)
-        torch_dtype = (torch.bfloat16 if device.startswith("cuda") else torch.float32) if dtype == "auto" \
+        torch_dtype = (
+            (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+            if dtype == "auto"
             else getattr(torch, dtype)
+        )
         tokenizer = AutoTokenizer.from_pretrained(path)
         tokenizer.padding_side = "left"  # decoder-only batch generation
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         if not tokenizer.chat_template:
-            raise ValueError(f"cs3-cascade: the tokenizer of {path} has no chat template; use an instruct model")
+            raise ValueError(
+                f"cs3-cascade: the tokenizer of {path} has no chat template; use an instruct model"
+            )
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device).eval()
         return {"model": model, "tokenizer": tokenizer, "device": device}
 
@@ -209,12 +245,18 @@ class CascadeLM(SpeechLM):
         import torch
 
         tokenizer, model = self.hf["tokenizer"], self.hf["model"]
-        prompts = [tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False)
-                   for c in conversations]
+        prompts = [
+            tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False)
+            for c in conversations
+        ]
         inputs = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         inputs = {k: v.to(self.hf["device"]) for k, v in inputs.items()}
         with torch.inference_mode():
-            output = model.generate(**inputs, max_new_tokens=self.max_new_tokens, do_sample=False,
-                                    pad_token_id=tokenizer.pad_token_id)
-        new_tokens = output[:, inputs["input_ids"].shape[1]:]
+            output = model.generate(
+                **inputs,
+                max_new_tokens=self.max_new_tokens,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+        new_tokens = output[:, inputs["input_ids"].shape[1] :]
         return [text.strip() for text in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]

@@ -53,8 +53,16 @@ class EndpointError(RuntimeError):
         self.retryable = retryable
 
 
-def post_chat(session: Any, url: str, body: dict, *, api_key_env: str, timeout: float, max_retries: int,
-              retry_wait: float) -> dict:
+def post_chat(
+    session: Any,
+    url: str,
+    body: dict,
+    *,
+    api_key_env: str,
+    timeout: float,
+    max_retries: int,
+    retry_wait: float,
+) -> dict:
     """POST one chat-completions body; retries (tenacity, exponential backoff) transient failures only.
 
     Also used by ``cs3-cascade`` for its OpenAI-compatible text LLM.
@@ -73,8 +81,10 @@ def post_chat(session: Any, url: str, body: dict, *, api_key_env: str, timeout: 
         except (requests.ConnectionError, requests.Timeout) as error:
             raise EndpointError(f"{type(error).__name__}: {error}", retryable=True) from error
         if response.status_code != 200:
-            raise EndpointError(f"HTTP {response.status_code} from {url}: {response.text[:300]}",
-                                retryable=response.status_code in RETRYABLE_STATUS)
+            raise EndpointError(
+                f"HTTP {response.status_code} from {url}: {response.text[:300]}",
+                retryable=response.status_code in RETRYABLE_STATUS,
+            )
         try:
             return response.json()
         except ValueError as error:
@@ -116,8 +126,9 @@ def audio_content_part(audio_b64: str, input_part: str = "input_audio") -> dict:
     raise ValueError(f"unknown input_part {input_part!r}; choose from {list(INPUT_PARTS)}")
 
 
-def build_messages(instruction: str, audio_b64: str, system_prompt: str | None,
-                   input_part: str = "input_audio") -> list[dict]:
+def build_messages(
+    instruction: str, audio_b64: str, system_prompt: str | None, input_part: str = "input_audio"
+) -> list[dict]:
     content: list[dict] = []
     if instruction.strip():
         content.append({"type": "text", "text": instruction})
@@ -134,7 +145,9 @@ def reply_parts(body: dict) -> tuple[str, dict]:
     of any choice, else the first audio transcript; the audio part is the first ``message.audio`` that
     carries ``data``. Raises ItemError when there is no choice with a message."""
     choices = body.get("choices") if isinstance(body, dict) else None
-    messages = [c["message"] for c in choices or [] if isinstance(c, dict) and isinstance(c.get("message"), dict)]
+    messages = [
+        c["message"] for c in choices or [] if isinstance(c, dict) and isinstance(c.get("message"), dict)
+    ]
     if not messages:
         raise ItemError(f"malformed chat-completions reply (no choices[].message): {str(body)[:300]}")
     texts = [_content_text(m.get("content")) for m in messages]
@@ -160,8 +173,9 @@ def parse_reply(body: dict) -> SpeechReply:
     audio, rate = None, 16_000
     if audio_part.get("data"):
         try:
-            audio, rate = sf.read(io.BytesIO(base64.b64decode(audio_part["data"])), dtype="float32",
-                                  always_2d=False)
+            audio, rate = sf.read(
+                io.BytesIO(base64.b64decode(audio_part["data"])), dtype="float32", always_2d=False
+            )
         except Exception as error:
             raise ItemError(f"reply audio is not a decodable WAV: {error}") from error
         if audio.ndim == 2:
@@ -240,7 +254,9 @@ class OpenAIAudioLM(SpeechLM):
         self.servers = ServerRotation(base_url)
         self.url = self.servers.urls[0]
         if input_part not in INPUT_PARTS:
-            raise ValueError(f"cs3-openai-audio: input_part must be one of {list(INPUT_PARTS)}, not {input_part!r}")
+            raise ValueError(
+                f"cs3-openai-audio: input_part must be one of {list(INPUT_PARTS)}, not {input_part!r}"
+            )
         self.input_part = input_part
         self.api_key_env = api_key_env
         self.voice = voice
@@ -280,8 +296,11 @@ class OpenAIAudioLM(SpeechLM):
         body = self.request_body(req)  # bad query audio fails here, without a network call
         reply = parse_reply(self.post(body))
         if reply.audio is None:
-            log.warning("cs3-openai-audio: %s/%s: reply has text but no audio (speech channel missing)",
-                        req.task, req.qid)
+            log.warning(
+                "cs3-openai-audio: %s/%s: reply has text but no audio (speech channel missing)",
+                req.task,
+                req.qid,
+            )
         return reply
 
     def post(self, body: dict) -> dict:
@@ -289,8 +308,15 @@ class OpenAIAudioLM(SpeechLM):
         several = len(self.servers.urls) > 1
 
         def post_to(url: str) -> dict:
-            return post_chat(self._session, url, body, api_key_env=self.api_key_env, timeout=self.timeout,
-                             max_retries=0 if several else self.max_retries, retry_wait=self.retry_wait)
+            return post_chat(
+                self._session,
+                url,
+                body,
+                api_key_env=self.api_key_env,
+                timeout=self.timeout,
+                max_retries=0 if several else self.max_retries,
+                retry_wait=self.retry_wait,
+            )
 
         return self.servers.send(post_to, rounds=self.max_retries + 1 if several else 1, wait=self.retry_wait)
 
@@ -303,8 +329,9 @@ class OpenAIAudioLM(SpeechLM):
                 outcomes.append(error)
         return outcomes
 
-    def generate_all(self, requests: Sequence[SpeechRequest],
-                     done: Callable[[SpeechRequest, Outcome], None]) -> None:
+    def generate_all(
+        self, requests: Sequence[SpeechRequest], done: Callable[[SpeechRequest, Outcome], None]
+    ) -> None:
         # Each request is independent: a bounded thread pool keeps max_concurrency in flight.
         with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
             futures = {pool.submit(self.ask, req): req for req in requests}

@@ -51,13 +51,20 @@ class PrecomputedLM(DataParallelLM):
 
     MULTIMODAL = True  # lm-eval hands audio tasks only to models that declare this
 
-    def __init__(self, outputs: str | None = None, set: str | None = None, text_only: Any = False,
-                 **lm_eval_kwargs: Any) -> None:
+    def __init__(
+        self,
+        outputs: str | None = None,
+        set: str | None = None,
+        text_only: Any = False,
+        **lm_eval_kwargs: Any,
+    ) -> None:
         # lm_eval_kwargs: batch_size, max_batch_size, device... which lm-eval passes to every model
         super().__init__(lm_eval_kwargs.get("device"))
         if not outputs:
-            raise ValueError("cs3-precomputed needs model_args outputs=DIR (a directory of <set>.jsonl "
-                             "files or the authors' json/<set>.json + wav/)")
+            raise ValueError(
+                "cs3-precomputed needs model_args outputs=DIR (a directory of <set>.jsonl "
+                "files or the authors' json/<set>.json + wav/)"
+            )
         self.outputs_dir = Path(outputs).expanduser().resolve()
         if not self.outputs_dir.is_dir():
             raise FileNotFoundError(f"cs3-precomputed: outputs directory {self.outputs_dir} does not exist")
@@ -81,11 +88,14 @@ class PrecomputedLM(DataParallelLM):
 
         doc = instance.doc if isinstance(instance.doc, Mapping) else {}
         qid = doc.get("Qid")
-        set_name = (self.forced_set or set_of_task(getattr(instance, "task_name", None))
-                    or doc.get(DOC_SET_KEY))  # conversation / language-pair tasks declare their set per doc
+        set_name = (
+            self.forced_set or set_of_task(getattr(instance, "task_name", None)) or doc.get(DOC_SET_KEY)
+        )  # conversation / language-pair tasks declare their set per doc
         if set_name is None:
-            raise ValueError(f"cs3-precomputed: cannot tell the set of task {instance.task_name!r}; "
-                             "pass model_args set=knowledge|knowledge_en|open_ended")
+            raise ValueError(
+                f"cs3-precomputed: cannot tell the set of task {instance.task_name!r}; "
+                "pass model_args set=knowledge|knowledge_en|open_ended"
+            )
         if qid is None:
             raise ValueError(f"cs3-precomputed: a {instance.task_name} request has no Qid in its doc")
         output = self.outputs_of(set_name).get(str(qid))
@@ -101,8 +111,9 @@ class PrecomputedLM(DataParallelLM):
     def generate_until(self, requests: list, disable_tqdm: bool = False) -> list[str]:
         from tqdm import tqdm
 
-        return [self.answer(instance) for instance in tqdm(requests, disable=disable_tqdm,
-                                                           desc="cs3-precomputed")]
+        return [
+            self.answer(instance) for instance in tqdm(requests, disable=disable_tqdm, desc="cs3-precomputed")
+        ]
 
     def loglikelihood(self, requests: list, disable_tqdm: bool = False) -> list:
         raise NotImplementedError("cs3-precomputed only answers generate_until requests (the cs3 tasks)")
