@@ -1,4 +1,5 @@
-"""Wall time of a 2-process data-parallel lm-eval run vs one process: cs3-cascade with a tiny LLM on the demo set.
+"""Wall time of a 2-process data-parallel lm-eval run vs one process: cs3-cascade with a tiny LLM on the demo
+set.
 
     python benchmarks/data_parallel_cascade.py [--limit N] [--processes 2] [--workdir DIR]
 
@@ -30,7 +31,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from tiny_llm import build_tiny_qwen2
+from tiny_llm import build_tiny_qwen2  # noqa: E402 - found through the sys.path line above
 
 
 def run(nproc: int, llm: Path, workdir: Path, limit: int | None) -> tuple[float, dict]:

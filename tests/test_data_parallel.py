@@ -28,7 +28,7 @@ from lm_eval.api.instance import Instance
 
 from cs3_tasks import data, distributed, evaluate
 from cs3_tasks.models.base import SpeechLM, SpeechReply, repeated_requests
-from cs3_tasks.scoring import output_files, read_output_union, read_outputs
+from cs3_tasks.outputs import output_files, read_output_union, read_outputs
 
 REPO = Path(__file__).resolve().parents[1]
 STRONG = evaluate.DEMO_RESPONSES / "demo-strong"
@@ -187,6 +187,7 @@ def test_collectives_across_two_processes(tmp_path):
             str(REPO / "tests" / "dp_collectives_probe.py"),
             str(STRONG),
             str(REPO / "task_configs"),
+            str(tmp_path),
         ],
         capture_output=True,
         text=True,
@@ -194,10 +195,7 @@ def test_collectives_across_two_processes(tmp_path):
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    probes = sorted(
-        (json.loads(line.split("PROBE ", 1)[1]) for line in result.stdout.splitlines() if "PROBE " in line),
-        key=lambda p: p["rank"],
-    )
+    probes = [json.loads(path.read_text(encoding="utf-8")) for path in sorted(tmp_path.glob("probe-*.json"))]
     assert [p["rank"] for p in probes] == [0, 1]
     for p in probes:
         assert p["world_size"] == 2 and p["suffix"] == f".rank{p['rank']}" and p["device"] == "cpu"

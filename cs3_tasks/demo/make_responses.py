@@ -4,7 +4,7 @@
 
 Deterministic: answers are written from the demo source by fixed rules, and spoken with espeak-ng
 (voice ``cmn``, which reads Latin words as English) at 16 kHz, stored as FLAC. Layout per system
-(the ``ours`` layout of ``cs3_tasks.scoring.read_outputs``)::
+(the ``ours`` layout of ``cs3_tasks.outputs.read_outputs``)::
 
     <out>/<system>/<set>.jsonl          {"Qid", "text", "audio": "wav/<set>/<Qid>.flac"}
     <out>/<system>/wav/<set>/<Qid>.flac
@@ -87,8 +87,9 @@ SYSTEMS: dict[str, Callable[[str, Mapping, int, Mapping | None], str]] = {
 }
 
 
-def make_demo_responses(source_dir: Path = SOURCE_DIR, out_dir: Path = RESPONSES_DIR,
-                        systems: Mapping[str, Callable] = SYSTEMS) -> dict[str, int]:
+def make_demo_responses(
+    source_dir: Path = SOURCE_DIR, out_dir: Path = RESPONSES_DIR, systems: Mapping[str, Callable] = SYSTEMS
+) -> dict[str, int]:
     """Write the responses of ``systems`` for the source in ``source_dir``; returns items per system."""
     from cs3_tasks import audio, data, tts
 

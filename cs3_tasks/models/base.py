@@ -35,7 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from cs3_tasks.audio import AudioSource, load_audio, write_wav
+from cs3_tasks.audio import SAMPLE_RATE, AudioSource, load_audio, write_wav
+from cs3_tasks.cache import atomic_write
+from cs3_tasks.data import SETS
 from cs3_tasks.models.parallel import DataParallelLM
 
 log = logging.getLogger(__name__)
@@ -61,7 +63,7 @@ class SpeechReply:
 
     text: str
     audio: np.ndarray | None = None
-    sample_rate: int = 16_000
+    sample_rate: int = SAMPLE_RATE
 
 
 Outcome = SpeechReply | BaseException
@@ -111,6 +113,14 @@ def repeated_requests(requests: Sequence[Any]) -> dict[int, int]:
 
 def _is_array_tuple(value: Any) -> bool:
     return isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], np.ndarray)
+
+
+def set_of_task(task_name: str | None) -> str | None:
+    """``cs3_knowledge_en`` / ``cs3_knowledge_en_text`` -> ``knowledge_en``; None for other tasks."""
+    if not task_name:
+        return None
+    name = task_name.removeprefix("cs3_").removesuffix("_text")
+    return name if name in SETS else None
 
 
 def safe_name(text: str) -> str:
@@ -220,7 +230,7 @@ class SpeechLM(DataParallelLM):
     # -- helpers for subclasses ---------------------------------------------------------------
 
     @staticmethod
-    def query_audio(req: SpeechRequest, sample_rate: int = 16_000) -> np.ndarray:
+    def query_audio(req: SpeechRequest, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
         """The query waveform; a clear error naming the Qid when it is missing or unreadable."""
         if req.audio is None:
             raise ItemError(
@@ -348,8 +358,6 @@ class SpeechLM(DataParallelLM):
 
     @staticmethod
     def set_name(task: str) -> str:
-        from cs3_tasks.models.precomputed import set_of_task
-
         return set_of_task(task) or safe_name(task)
 
     def _append_row(self, req: SpeechRequest, text: str, audio_path: str | None, error: BaseException | None):
@@ -374,9 +382,7 @@ class SpeechLM(DataParallelLM):
                     latest[str(json.loads(line)["Qid"])] = line
                 except (json.JSONDecodeError, KeyError, TypeError):
                     continue  # a half-written line of a killed run
-            tmp = path.with_suffix(".jsonl.tmp")
-            tmp.write_text("".join(line + "\n" for line in latest.values()), encoding="utf-8")
-            tmp.replace(path)
+            atomic_write(path, "".join(line + "\n" for line in latest.values()))
 
     def _append_jsonl(self, path: Path, row: dict) -> None:
         with self._write_lock:
@@ -386,7 +392,7 @@ class SpeechLM(DataParallelLM):
 
     def _previous_answers(self, reqs: Sequence[SpeechRequest]) -> dict[tuple[str, str], str]:
         """(task, Qid) -> encoded response, for items answered without error in an earlier run."""
-        from cs3_tasks.scoring import output_files
+        from cs3_tasks.outputs import output_files
         from cs3_tasks.speech import encode_response
 
         found: dict[tuple[str, str], str] = {}

@@ -17,9 +17,9 @@ may also be an ``audio_url`` data URL part (``input_part=audio_url``; default ``
 requests go round robin, and a request that fails on one server (connection error, timeout, retryable
 HTTP status) is sent to the next (``ServerRotation``).
 
-Requests run in a bounded thread pool (``max_concurrency``), each with a ``timeout`` and
-``max_retries`` retries with exponential backoff on connection errors, timeouts, 408/409/429 and
-5xx. An item that still fails is recorded for that item (see ``base.py``); the run continues.
+Requests run in a bounded thread pool (``max_concurrency``), each with a ``timeout`` and up to
+``max_retries`` retries by the shared policy of ``cs3_tasks.chat_api`` (backoff from ``retry_wait``
+seconds). An item that still fails is recorded for that item (see ``base.py``); the run continues.
 """
 
 from __future__ import annotations
@@ -38,73 +38,14 @@ from typing import Any
 import numpy as np
 from lm_eval.api.registry import register_model
 
+from cs3_tasks.audio import SAMPLE_RATE
+from cs3_tasks.chat_api import EndpointError, RetryPolicy, chat, chat_url
 from cs3_tasks.models.base import ItemError, Outcome, SpeechLM, SpeechReply, SpeechRequest, as_bool
 
 log = logging.getLogger(__name__)
 
-RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
-
-class EndpointError(RuntimeError):
-    """An HTTP error from the endpoint; ``retryable`` says whether trying again may help."""
-
-    def __init__(self, message: str, retryable: bool):
-        super().__init__(message)
-        self.retryable = retryable
-
-
-def post_chat(
-    session: Any,
-    url: str,
-    body: dict,
-    *,
-    api_key_env: str,
-    timeout: float,
-    max_retries: int,
-    retry_wait: float,
-) -> dict:
-    """POST one chat-completions body; retries (tenacity, exponential backoff) transient failures only.
-
-    Also used by ``cs3-cascade`` for its OpenAI-compatible text LLM.
-    """
-    import requests
-    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
-
-    headers = {"Content-Type": "application/json"}
-    key = os.environ.get(api_key_env)
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-
-    def once() -> dict:
-        try:
-            response = session.post(url, json=body, headers=headers, timeout=timeout)
-        except (requests.ConnectionError, requests.Timeout) as error:
-            raise EndpointError(f"{type(error).__name__}: {error}", retryable=True) from error
-        if response.status_code != 200:
-            raise EndpointError(
-                f"HTTP {response.status_code} from {url}: {response.text[:300]}",
-                retryable=response.status_code in RETRYABLE_STATUS,
-            )
-        try:
-            return response.json()
-        except ValueError as error:
-            raise EndpointError(f"reply is not JSON: {response.text[:300]}", retryable=True) from error
-
-    retrying = Retrying(
-        stop=stop_after_attempt(max(0, max_retries) + 1),
-        wait=wait_exponential(multiplier=retry_wait, max=60),
-        retry=retry_if_exception(lambda e: isinstance(e, EndpointError) and e.retryable),
-        reraise=True,
-    )
-    return retrying(once)
-
-
-def chat_url(base_url: str) -> str:
-    url = base_url.rstrip("/")
-    return url if url.endswith("/chat/completions") else url + "/chat/completions"
-
-
-def wav_base64(audio: np.ndarray, sample_rate: int = 16_000) -> str:
+def wav_base64(audio: np.ndarray, sample_rate: int = SAMPLE_RATE) -> str:
     """16-bit PCM WAV, base64: the payload of an ``input_audio`` content part."""
     import soundfile as sf
 
@@ -170,7 +111,7 @@ def parse_reply(body: dict) -> SpeechReply:
     import soundfile as sf
 
     text, audio_part = reply_parts(body)
-    audio, rate = None, 16_000
+    audio, rate = None, SAMPLE_RATE
     if audio_part.get("data"):
         try:
             audio, rate = sf.read(
@@ -266,6 +207,7 @@ class OpenAIAudioLM(SpeechLM):
         self.timeout = float(timeout)
         self.max_retries = max(0, int(max_retries))
         self.retry_wait = float(retry_wait)
+        self.retry_policy = RetryPolicy(self.max_retries, backoff_initial=self.retry_wait, backoff_max=60.0)
         self.max_tokens = int(max_tokens) if max_tokens else None
         import requests
 
@@ -277,7 +219,7 @@ class OpenAIAudioLM(SpeechLM):
         return self.model
 
     def request_body(self, req: SpeechRequest) -> dict:
-        audio = self.query_audio(req, 16_000)
+        audio = self.query_audio(req, SAMPLE_RATE)
         instruction = req.instruction if self.send_instruction else ""
         body: dict[str, Any] = {
             "model": self.model,
@@ -304,18 +246,18 @@ class OpenAIAudioLM(SpeechLM):
         return reply
 
     def post(self, body: dict) -> dict:
-        """One server: post_chat's own retries. Several: one try per server, up to max_retries+1 passes."""
+        """One server: the shared retry policy. Several: one try per server, up to max_retries+1 passes."""
         several = len(self.servers.urls) > 1
+        policy = RetryPolicy(0, self.retry_wait, 60.0) if several else self.retry_policy
 
         def post_to(url: str) -> dict:
-            return post_chat(
-                self._session,
+            return chat(
                 url,
                 body,
-                api_key_env=self.api_key_env,
+                api_key=os.environ.get(self.api_key_env),
                 timeout=self.timeout,
-                max_retries=0 if several else self.max_retries,
-                retry_wait=self.retry_wait,
+                policy=policy,
+                session=self._session,
             )
 
         return self.servers.send(post_to, rounds=self.max_retries + 1 if several else 1, wait=self.retry_wait)

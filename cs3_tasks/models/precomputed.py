@@ -5,7 +5,7 @@ For models that run through their own inference scripts: generate once, then eva
     lm_eval --model cs3-precomputed --model_args outputs=runs/glm4voice --tasks cs3
 
 ``outputs`` is a directory with one file per set, in the layouts of ``cs3-bench score``
-(``cs3_tasks.scoring.read_outputs``): ours ``<set>.jsonl`` (``{Qid, text, audio}``) or the authors'
+(``cs3_tasks.outputs.read_outputs``): ours ``<set>.jsonl`` (``{Qid, text, audio}``) or the authors'
 ``json/<set>.json`` + ``wav/<Qid>.wav``. Each request is matched to its output by the request's doc
 (``Qid``) and task (``cs3_knowledge`` -> set ``knowledge``); the answer is the speech protocol string
 ``cs3_tasks.speech.encode_response(text, wav path)``. An item without output is answered with no text,
@@ -26,23 +26,14 @@ from typing import Any
 
 from lm_eval.api.registry import register_model
 
+from cs3_tasks.data import SETS
+from cs3_tasks.models.base import as_bool, set_of_task
 from cs3_tasks.models.parallel import DataParallelLM
 
-SETS = ("knowledge", "knowledge_en", "open_ended")
+__all__ = ["DOC_SET_KEY", "PrecomputedLM", "set_of_task"]
+
 # doc field naming the outputs set of tasks outside SETS (task_configs/conversation_utils.py)
 DOC_SET_KEY = "cs3_set"
-
-
-def set_of_task(task_name: str | None) -> str | None:
-    """``cs3_knowledge_en`` / ``cs3_knowledge_en_text`` -> ``knowledge_en``; None for other tasks."""
-    if not task_name:
-        return None
-    name = task_name.removeprefix("cs3_").removesuffix("_text")
-    return name if name in SETS else None
-
-
-def _truthy(value: Any) -> bool:
-    return str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
 @register_model("cs3-precomputed")
@@ -71,13 +62,13 @@ class PrecomputedLM(DataParallelLM):
         if set is not None and set not in SETS:
             raise ValueError(f"cs3-precomputed: unknown set {set!r}; choose from {list(SETS)}")
         self.forced_set = set
-        self.text_only = _truthy(text_only)
+        self.text_only = as_bool(text_only)
         self._outputs: dict[str, dict] = {}
 
     def outputs_of(self, set_name: str) -> dict:
-        """Qid -> scoring.ModelOutput of one set (read once)."""
+        """Qid -> outputs.ModelOutput of one set (read once)."""
         if set_name not in self._outputs:
-            from cs3_tasks.scoring import read_outputs
+            from cs3_tasks.outputs import read_outputs
 
             # a set declared by the task's own docs (DOC_SET_KEY, e.g. belle_eval_s2s) is accepted as is
             self._outputs[set_name] = read_outputs(self.outputs_dir, set_name, known_sets=(*SETS, set_name))

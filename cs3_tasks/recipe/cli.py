@@ -8,19 +8,29 @@ import logging
 import sys
 from pathlib import Path
 
+from cs3_tasks.asr import add_asr_arguments, asr_config_from_args
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="recipe_command", required=True, metavar="STEP")
 
-    b = sub.add_parser("build-data", help="conversations -> code-switching speech items -> mixed VocalNet JSON")
+    b = sub.add_parser(
+        "build-data", help="conversations -> code-switching speech items -> mixed VocalNet JSON"
+    )
     b.add_argument("--input", type=Path, required=True, help="moss-003-sft-data style JSON lines")
     b.add_argument("--out", type=Path, required=True, help="output directory")
     b.add_argument("--mix", type=Path, default=None, help="mixing config YAML (default: code-switching only)")
     b.add_argument("--limit", type=int, default=None, help="use the first N conversations")
-    b.add_argument("--transform", choices=("none", "cor", "kh", "cor+kh"), default="none",
-                   help="bake CoR/KH into train.json (for VocalNet's own trainer; ours applies them itself)")
+    b.add_argument(
+        "--transform",
+        choices=("none", "cor", "kh", "cor+kh"),
+        default="none",
+        help="bake CoR/KH into train.json (for VocalNet's own trainer; ours applies them itself)",
+    )
     llm = b.add_argument_group("Rewriter/Checker LLM (OpenAI-compatible; judge client, cache and retries)")
-    llm.add_argument("--llm-base-url", default=None, help="e.g. http://localhost:8000/v1 ($CS3_JUDGE_BASE_URL)")
+    llm.add_argument(
+        "--llm-base-url", default=None, help="e.g. http://localhost:8000/v1 ($CS3_JUDGE_BASE_URL)"
+    )
     llm.add_argument("--rewriter-model", default=None, help="default: the judge model ($CS3_JUDGE_MODEL)")
     llm.add_argument("--checker-model", default=None, help="default: the rewriter model")
     llm.add_argument("--llm-api-key-env", default=None, metavar="VAR", help="variable holding the API key")
@@ -29,12 +39,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sp = b.add_argument_group("speech (TTS -> ASR round trip)")
     sp.add_argument("--tts-backend", default="espeak", help="espeak | cosyvoice2")
     sp.add_argument("--voice", default=None)
-    sp.add_argument("--asr-model", default=None)
-    sp.add_argument("--asr-backend", default="faster-whisper")
     sp.add_argument("--max-cer", type=float, default=0.2, help="QC: max CER of the Chinese (<0: off)")
-    sp.add_argument("--min-english-recall", type=float, default=0.8,
-                    help="QC: min share of the English words heard (<0: off)")
+    sp.add_argument(
+        "--min-english-recall",
+        type=float,
+        default=0.8,
+        help="QC: min share of the English words heard (<0: off)",
+    )
     b.add_argument("--progress", action="store_true")
+    add_asr_arguments(b)  # the ASR of the round trip
 
     t = sub.add_parser("train", help="LoRA training (transformers Trainer; use accelerate launch for GPUs)")
     t.add_argument("--config", type=Path, required=True, help="training YAML (see recipe/configs/)")
@@ -56,25 +69,53 @@ def _run_build_data(args: argparse.Namespace) -> int:
     from cs3_tasks.recipe.mixing import MixConfigError
     from cs3_tasks.recipe.transforms import TransformConfig
 
-    common = {"base_url": args.llm_base_url, "api_key_env": args.llm_api_key_env,
-              "max_concurrency": args.llm_concurrency, "cache_path": args.llm_cache}
+    try:
+        asr_config = asr_config_from_args(args)
+    except ValueError as exc:  # an unknown $CS3_ASR_BACKEND
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    common = {
+        "base_url": args.llm_base_url,
+        "api_key_env": args.llm_api_key_env,
+        "max_concurrency": args.llm_concurrency,
+        "cache_path": args.llm_cache,
+    }
     try:
         rewriter = JudgeConfig.from_env(model=args.rewriter_model, **common)
         checker = JudgeConfig.from_env(model=args.checker_model or rewriter.model, **common)
         config = BuildDataConfig(
-            input=args.input, out=args.out, rewriter=rewriter, checker=checker, mix=args.mix, limit=args.limit,
-            speech=SpeechSettings(tts_backend=args.tts_backend, voice=args.voice, asr_model=args.asr_model,
-                                  asr_backend=args.asr_backend,
-                                  max_cer=None if args.max_cer < 0 else args.max_cer,
-                                  min_english_recall=None if args.min_english_recall < 0 else args.min_english_recall,
-                                  progress=args.progress),
-            transforms=TransformConfig(cor="cor" in args.transform, kh="kh" in args.transform))
+            input=args.input,
+            out=args.out,
+            rewriter=rewriter,
+            checker=checker,
+            mix=args.mix,
+            limit=args.limit,
+            speech=SpeechSettings(
+                tts_backend=args.tts_backend,
+                voice=args.voice,
+                asr=asr_config,
+                max_cer=None if args.max_cer < 0 else args.max_cer,
+                min_english_recall=None if args.min_english_recall < 0 else args.min_english_recall,
+                progress=args.progress,
+            ),
+            transforms=TransformConfig(cor="cor" in args.transform, kh="kh" in args.transform),
+        )
         result = build_data(config)
     except (JudgeConfigError, MossFormatError, MixConfigError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps({"counts": result.counts, "mix": result.mix, "train_items": result.train_items,
-                      "out": str(result.out)}, ensure_ascii=False, indent=1))
+    print(
+        json.dumps(
+            {
+                "counts": result.counts,
+                "mix": result.mix,
+                "train_items": result.train_items,
+                "out": str(result.out),
+            },
+            ensure_ascii=False,
+            indent=1,
+        )
+    )
     return 0 if result.train_items else 1
 
 
