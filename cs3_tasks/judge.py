@@ -29,7 +29,7 @@ from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import parse_qsl, unquote, urlparse, urlsplit
 
 import requests
 
@@ -56,6 +56,15 @@ JUDGE_ERROR = "judge_error"
 CACHE_FILE = "judge.sqlite"
 # Bump when the request format changes in a way that makes old cached replies invalid.
 _CACHE_SCHEMA = "cs3-judge/v1"
+
+# Size bounds of one judge exchange. A message longer than MAX_MESSAGE_CHARS is sent as its head and tail
+# (the prompt's instructions sit at both ends) with a marker; a reply body larger than MAX_REPLY_BYTES is
+# not read further (an error); the assistant text kept, parsed, cached and recorded is at most
+# MAX_REPLY_CHARS. Each cut is said in Verdict.note.
+MAX_MESSAGE_CHARS = 32_000
+MAX_REPLY_BYTES = 4_000_000
+MAX_REPLY_CHARS = 20_000
+REDACTED = "***"
 
 # Named configurations: `--judge-preset gpt-4o-mini` is all it takes to switch judges.
 PRESETS: dict[str, dict[str, str]] = {
@@ -96,7 +105,7 @@ class JudgeConfig:
     api_key_env: str = DEFAULT_API_KEY_ENV  # "" = send no key (local servers)
     temperature: float = 0.0
     max_concurrency: int = 8
-    timeout: float = 60.0  # seconds, per request (connect and read)
+    timeout: float = 60.0  # seconds, per request: bounds the whole request (connect, headers, body)
     max_retries: int = 3  # retries after the first attempt
     cache_path: Path | None = None  # default cache_dir()/judge.sqlite
     max_tokens: int | None = None  # sent only when set (part of the cache key)
@@ -134,13 +143,23 @@ class JudgeConfig:
             given["api_key_env"] = default_api_key_env(given.get("base_url", DEFAULT_BASE_URL))
         return cls(**given)
 
+    def __repr__(self) -> str:  # a config is printed in logs and tracebacks: never with credentials
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.name != "base_url")
+        return f"JudgeConfig(base_url={redact(self.base_url)!r}, {shown})"
+
     @property
     def is_local(self) -> bool:
         return is_local_url(self.base_url)
 
     @property
     def endpoint(self) -> str:
+        """``{base_url}/chat/completions``, the base URL's query string (e.g. ``?api-version=``) kept."""
         return chat_url(self.base_url)
+
+    @property
+    def public_base_url(self) -> str:
+        """The base URL as it may be written or printed (credentials redacted, see `redact`)."""
+        return redact(self.base_url)
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -160,7 +179,7 @@ class JudgeConfig:
         """
         parsed = urlparse(self.base_url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise JudgeConfigError(f"judge base_url {self.base_url!r} is not an http(s) URL")
+            raise JudgeConfigError(f"judge base_url {self.public_base_url!r} is not an http(s) URL")
         if not self.model:
             raise JudgeConfigError("judge model is empty: set --judge-model or $CS3_JUDGE_MODEL")
         if self.max_concurrency < 1:
@@ -171,17 +190,65 @@ class JudgeConfig:
             raise JudgeConfigError(f"judge max_retries must be >= 0, got {self.max_retries}")
         key = self.api_key()
         if key is None and not self.is_local:
-            how = (
-                f"environment variable {self.api_key_env} is not set"
-                if self.api_key_env
-                else "no API key variable is named for this endpoint"
-            )
+            if not self.api_key_env:
+                how = "no API key variable is named for this endpoint"
+            elif _ENV_NAME.fullmatch(self.api_key_env):
+                how = f"environment variable {self.api_key_env} is not set"
+            else:  # most likely the key itself: never echo it
+                how = (
+                    f"the API key variable given ({len(self.api_key_env)} characters, not shown) is not an "
+                    "environment variable name; pass the name of the variable that holds the key, not the key"
+                )
             raise JudgeConfigError(
-                f"LLM judge {self.model} at {self.base_url}: {how}. Export the key, name its variable with "
+                f"LLM judge {self.model} at {self.public_base_url}: {how}. Export the key, name its variable "
+                "with "
                 f"--judge-api-key-env / ${ENV_API_KEY_ENV}, point the judge elsewhere (--judge-preset, "
                 f"--judge-base-url, --judge-model or ${ENV_BASE_URL}, ${ENV_MODEL}), or run with --no-judge."
             )
         return key
+
+
+# What an environment variable holding a key is called (DASHSCOPE_API_KEY); anything else is not printed.
+_ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+# Query parameters whose value is a credential (api-key=, key=, token=, sig=, password=, ...).
+_SECRET_NAME = re.compile(
+    r"(?i)(?:^|[-_.])(?:api[-_]?key|key|token|access[-_]?token|secret|password|passwd|pwd|"
+    r"sig|signature|auth|authorization|credential)$"
+)
+_QUERY_PARAM = re.compile(r"([?&;])([A-Za-z0-9_.-]+)=([^&#\s'\"<>,)]*)")
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"<>]+@")
+# "Bearer sk-..." / "Authorization: Basic ..." in an error text or an echoed header.
+_AUTH_HEADER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
+
+
+def redact(text: str | None, *secrets: str | None) -> str | None:
+    """``text`` with credentials replaced by ``***``, for anything written or printed.
+
+    Redacted: the user:password of every URL (``http://u:p@host`` -> ``http://***@host``), the value of
+    credential-like query parameters (``api-key``, ``key``, ``token``, ``sig``, ``password``, ...; the
+    other parameters are kept), ``Bearer``/``Basic`` tokens, and every occurrence of each of ``secrets``
+    (e.g. the API key; strings shorter than 4 characters are not searched for). None stays None.
+    """
+    if text is None:
+        return None
+    text = str(text)
+    for secret in sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    text = _USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+    text = _QUERY_PARAM.sub(
+        lambda m: f"{m.group(1)}{m.group(2)}={REDACTED}" if _SECRET_NAME.search(m.group(2)) else m.group(0),
+        text,
+    )
+    return _AUTH_HEADER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+
+
+def url_secrets(url: str) -> list[str]:
+    """The credentials written in a URL (its user info and credential-like query values), to pass to
+    `redact` for texts that hold them without the URL around them (e.g. a server's error message)."""
+    parts = urlsplit(url)
+    found = [parts.username, parts.password, unquote(parts.username or ""), unquote(parts.password or "")]
+    found += [value for name, value in parse_qsl(parts.query) if _SECRET_NAME.search(name)]
+    return [secret for secret in found if secret]
 
 
 def is_local_url(url: str) -> bool:
@@ -210,6 +277,7 @@ class Verdict:
     value: bool | int | None  # True/False for knowledge, 1..5 for scores; None on error
     raw: str  # the judge's full reply (explanation)
     error: str | None = None  # "judge_error: <cause>" when timed out / failed / unparseable
+    note: str | None = None  # what was cut to bound the exchange (a long prompt or reply), else None
 
     @property
     def ok(self) -> bool:
@@ -370,6 +438,22 @@ def parse_score(reply: str, low: int = 1, high: int = 5) -> int:
 # the client
 
 
+def bounded_messages(messages: Sequence[dict]) -> tuple[list[dict], str | None]:
+    """``messages`` with every text content longer than MAX_MESSAGE_CHARS cut to its head and tail around a
+    marker, and a note saying what was cut (None when nothing was)."""
+    out, cuts = [], []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str) and len(content) > MAX_MESSAGE_CHARS:
+            half = (MAX_MESSAGE_CHARS - 100) // 2
+            marker = f"\n[... {len(content) - 2 * half} characters cut by cs3-bench ...]\n"
+            message = {**message, "content": content[:half] + marker + content[-half:]}
+            cuts.append(f"{len(content)} -> {len(message['content'])}")
+        out.append(message)
+    note = f"judge request cut to bound its size (message characters {', '.join(cuts)})" if cuts else None
+    return out, note
+
+
 def chat_completion(
     messages: Sequence[dict],
     config: JudgeConfig,
@@ -379,8 +463,10 @@ def chat_completion(
 ) -> str:
     """One POST {base_url}/chat/completions, no retry: the assistant message text.
 
-    Raises chat_api.EndpointError (``retryable`` per the shared policy); ``ask_batch`` turns it into
-    retries and judge_error verdicts.
+    ``config.timeout`` bounds the whole request (connect, headers and body), not each read; a reply body
+    over MAX_REPLY_BYTES is not read. Raises chat_api.EndpointError (``retryable`` per the shared policy),
+    its texts redacted (`redact`: URL credentials and the key); ``ask_batch`` turns it into retries and
+    judge_error verdicts.
     """
     payload: dict[str, Any] = {
         "model": config.model,
@@ -389,8 +475,20 @@ def chat_completion(
     }
     if config.max_tokens is not None:
         payload["max_tokens"] = config.max_tokens
-    reply = post_chat(config.endpoint, payload, api_key=api_key, timeout=config.timeout, session=session)
-    return message_text(reply)
+    try:
+        reply = post_chat(
+            config.endpoint,
+            payload,
+            api_key=api_key,
+            timeout=config.timeout,
+            session=session,
+            max_reply_bytes=MAX_REPLY_BYTES,
+        )
+        return message_text(reply)
+    except EndpointError as exc:  # error texts are written to records: no credentials
+        secrets = (api_key, *url_secrets(config.base_url))
+        exc.cause, exc.raw = redact(exc.cause, *secrets), redact(exc.raw, *secrets)
+        raise
 
 
 def complete(
@@ -423,8 +521,22 @@ def _cache_key(config: JudgeConfig, messages: Sequence[dict]) -> str:
     )
 
 
-def _error_verdict(cause: str, raw: str = "") -> Verdict:
-    return Verdict(value=None, raw=raw, error=f"{JUDGE_ERROR}: {cause}")
+def _error_verdict(cause: str, raw: str = "", note: str | None = None) -> Verdict:
+    return Verdict(value=None, raw=raw, error=f"{JUDGE_ERROR}: {cause}", note=note)
+
+
+def bounded_reply(raw: str, *secrets: str | None) -> tuple[str, str | None]:
+    """The reply as kept, parsed, cached and recorded: credentials redacted (a server may echo the key;
+    ``secrets`` as in `redact`), at most MAX_REPLY_CHARS; and a note when it was cut."""
+    raw = redact(raw, *secrets)
+    if len(raw) <= MAX_REPLY_CHARS:
+        return raw, None
+    return raw[:MAX_REPLY_CHARS], f"judge reply cut to its first {MAX_REPLY_CHARS} of {len(raw)} characters"
+
+
+def _join_notes(*notes: str | None) -> str | None:
+    kept = [n for n in notes if n]
+    return "; ".join(kept) if kept else None
 
 
 def _ask_one(
@@ -435,13 +547,17 @@ def _ask_one(
     session: requests.Session,
 ) -> Verdict:
     attempts = 0
+    messages, request_note = bounded_messages(messages)
+    secrets = (api_key, *url_secrets(config.base_url))
 
     def attempt() -> Verdict:
         nonlocal attempts
         attempts += 1
-        raw = chat_completion(messages, config, api_key=api_key, session=session)
+        raw, reply_note = bounded_reply(
+            chat_completion(messages, config, api_key=api_key, session=session), *secrets
+        )
         try:
-            return Verdict(value=parse(raw), raw=raw)
+            return Verdict(value=parse(raw), raw=raw, note=_join_notes(request_note, reply_note))
         except UnparseableReply as exc:  # re-ask: the next sample may follow the format
             raise EndpointError(f"unparseable reply: {exc}", retryable=True, raw=raw) from exc
 
@@ -449,10 +565,13 @@ def _ask_one(
         return call_with_retries(attempt, config.retry_policy)
     except EndpointError as exc:
         if not exc.retryable:
-            return _error_verdict(exc.cause, exc.raw)
-        return _error_verdict(f"{exc.cause} (after {attempts} attempt{'s' * (attempts > 1)})", exc.raw)
+            return _error_verdict(exc.cause, exc.raw, request_note)
+        cause = f"{exc.cause} (after {attempts} attempt{'s' * (attempts > 1)})"
+        return _error_verdict(cause, exc.raw, request_note)
     except Exception as exc:  # noqa: BLE001 - a bug must not sink the other items; recorded, not hidden
-        return _error_verdict(f"unexpected {type(exc).__name__}: {snippet(str(exc))}")
+        return _error_verdict(
+            f"unexpected {type(exc).__name__}: {snippet(redact(str(exc), *secrets))}", note=request_note
+        )
 
 
 def ask_batch(
@@ -488,7 +607,7 @@ def ask_batch(
                 hit = cache.get(key)
                 if hit is not None:
                     try:
-                        done[key] = Verdict(value=parse(hit["raw"]), raw=hit["raw"])
+                        done[key] = Verdict(value=parse(hit["raw"]), raw=hit["raw"], note=hit.get("note"))
                     except UnparseableReply:
                         pass
         pending = [k for k in unique if k not in done]
@@ -522,7 +641,7 @@ def _run_pending(
                 sessions.append(session)
         verdict = _ask_one(unique[key], parse, config, api_key, session)
         if verdict.ok and cache is not None:
-            cache.put(key, {"raw": verdict.raw, "model": config.model})
+            cache.put(key, {"raw": verdict.raw, "model": config.model, "note": verdict.note})
         return verdict
 
     results: dict[str, Verdict] = {}
@@ -680,7 +799,7 @@ def add_judge_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="per-request timeout (default 60)",
+        help="bound of one whole request: connect, wait and read (default 60)",
     )
     group.add_argument(
         "--judge-cache",

@@ -6,13 +6,15 @@ or JSON lines; rows {Qid, Response}) + ``wav/cs_<set>/<Qid>.wav``, ``wav/<set>/<
 (no ``wav/`` folder: a text-only model); ``json_asr/cs_<set>.json`` ({Qid, Response_hyp}) holds given
 transcripts (`read_given_transcripts`). The file names and the array-or-lines reading are
 `cs3_tasks.reference`'s (one home for the authors' layout).
-Ours: ``<set>.jsonl`` (JSON lines {Qid, text, audio}; audio relative to the outputs dir or absolute).
+Ours: ``<set>.jsonl`` (JSON lines {Qid, text, audio}; audio relative to the outputs dir or absolute), and/or
+the per-rank shards ``<set>.rank<k>.jsonl`` of a data-parallel run (read as their union).
 Problems of single items (bad JSON line, empty response, missing wav) are carried on the item
 (``ModelOutput.problem``); only a missing or ambiguous outputs directory raises.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -75,15 +77,15 @@ def read_outputs(
     else:  # another task's set (e.g. the conversation set): json/<set>.json
         authors = outputs_dir / "json" / f"{set_name}.json"
         authors = authors if authors.is_file() else None
-    ours = outputs_dir / f"{set_name}.jsonl"
-    if authors is not None and ours.is_file():
+    ours = output_files(outputs_dir, set_name)
+    if authors is not None and ours:
         raise ValueError(
-            f"{outputs_dir}: both {authors.name} (authors' layout) and {ours.name} exist; keep one"
+            f"{outputs_dir}: both {authors.name} (authors' layout) and {ours[0].name} exist; keep one"
         )
     if authors is not None:
         return _read_rows(authors, outputs_dir, set_name, authors_layout=True)
-    if ours.is_file():
-        return _read_rows(ours, outputs_dir, set_name, authors_layout=False)
+    if ours:
+        return read_output_union(ours, outputs_dir, set_name)
     stem = reference.AUTHORS_SET_FILES.get(set_name, set_name)
     raise FileNotFoundError(
         f"no outputs for set {set_name!r} in {outputs_dir}: expected json/{stem}.json (or "
@@ -97,7 +99,7 @@ def find_output_sets(outputs_dir: Path, known_sets: Sequence[str] = SETS) -> lis
 
     outputs_dir = Path(outputs_dir)
     authors = set(reference.find_authors_sets(outputs_dir))
-    return [name for name in known_sets if name in authors or (outputs_dir / f"{name}.jsonl").is_file()]
+    return [name for name in known_sets if name in authors or output_files(outputs_dir, name)]
 
 
 def read_given_transcripts(outputs_dir: Path, set_name: str) -> dict[str, str | None]:
@@ -107,6 +109,33 @@ def read_given_transcripts(outputs_dir: Path, set_name: str) -> dict[str, str | 
 
     given = reference.read_given_transcripts(outputs_dir, set_name)
     return {qid: row["transcript"] for qid, row in given.items() if not qid.startswith("<")}
+
+
+def output_files(outputs_dir: Path, set_name: str) -> list[Path]:
+    """Our layout's files of one set, oldest first: ``<set>.jsonl`` and the shards ``<set>.rank<k>.jsonl``
+    that rank k of a data-parallel run writes. Empty when there is none."""
+    outputs_dir = Path(outputs_dir)
+    files = [outputs_dir / f"{set_name}.jsonl"]
+    files += [
+        path
+        for path in outputs_dir.glob(f"{glob.escape(set_name)}.rank*.jsonl")
+        if re.fullmatch(r"rank\d+", path.suffixes[-2].lstrip(".") if len(path.suffixes) > 1 else "")
+    ]
+    return sorted(
+        (path for path in files if path.is_file()), key=lambda path: (path.stat().st_mtime_ns, path.name)
+    )
+
+
+def read_output_union(files: Sequence[Path], outputs_dir: Path, set_name: str) -> dict[str, ModelOutput]:
+    """The union of several files of one set (the shards of a data-parallel run), ``files`` oldest first.
+
+    The ranks of one run answer disjoint Qids; a Qid in several files (shards of runs with different
+    process counts in one folder) takes its row from the newest file, as a re-run's row replaces an older
+    one within a file."""
+    union: dict[str, ModelOutput] = {}
+    for path in files:
+        union.update(_read_rows(Path(path), Path(outputs_dir), set_name, authors_layout=False))
+    return union
 
 
 _QID_IN_BROKEN_LINE = re.compile(r'"Qid"\s*:\s*"([^"]+)"')

@@ -394,6 +394,7 @@ def transcribe_outputs(
         model=config.model,
         backend=config.backend,
         short_clips=config.short_clips,
+        device=config.device,
         progress=progress,
     )
     for i, transcript in zip(to_transcribe, transcripts):

@@ -68,6 +68,9 @@ KEYWORD_SPAN_SEPARATOR = "|"  # normalize_keyword never outputs it (punctuation 
 
 # Middle dots used in transliterated names (乔治·华盛顿) and their look-alikes; NFKC maps ･ to ・.
 MIDDLE_DOTS = "\u00b7\u2022\u30fb\u2027\u2219\u22c5\uff65\u0387\u16eb\u2e31"
+# A surrogate code point is not a character: a lone one (half an emoji cut by a byte-level truncation, or
+# "\ud83d" in JSON) cannot be encoded as UTF-8, and OpenCC's C++ converter and every file writer need UTF-8.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\uff07": "'", "`": "'"})
 
 _converter: opencc.OpenCC | None = None
@@ -169,6 +172,27 @@ def _basic_whisper_normalizer():
     return _basic_normalizer
 
 
+def lone_surrogates(text: str) -> int:
+    """Number of code points of ``text`` that are not valid Unicode text (lone surrogates; a surrogate pair
+    counts as the one character it encodes). 0 for every str that can be encoded as UTF-8."""
+    if not _SURROGATE.search(text):
+        return 0
+    return valid_unicode(text).count("\ufffd") - text.count("\ufffd")
+
+
+def valid_unicode(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD (a symbol, dropped by every normaliser) and each
+    surrogate pair joined into its character; any other str is returned as it is.
+
+    Every public function of this module (and so of `cs3_tasks.metrics`) applies it to its input first:
+    text that cannot be encoded is scored as the rest of its characters, never a crash. Readers of model
+    outputs call `lone_surrogates` to record the repair on the item.
+    """
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
 def is_cjk(char: str) -> bool:
     """True for a single Han ideograph (see CJK_CLASS)."""
     return bool(_CJK_CHAR.fullmatch(char))
@@ -178,14 +202,18 @@ def to_simplified(text: str) -> str:
     """OpenCC traditional -> simplified Chinese; non-Chinese text passes through unchanged."""
     if not text:
         return text
+    text = valid_unicode(text)
     if "\x00" in text:  # the C++ converter works on C strings: convert around NULs, keep them
         return "\x00".join(to_simplified(part) for part in text.split("\x00"))
     return _opencc().convert(text)
 
 
 def _width_and_script(text: str, spec: _PairSpec | None = None) -> str:
-    """NFKC (full-width -> half-width, compatibility forms) then the pair's normalisers (zh: t2s)."""
-    text = unicodedata.normalize("NFKC", text)
+    """Valid Unicode, NFKC (full-width -> half-width, compatibility forms), then the pair's normalisers (zh:
+    t2s).
+
+    The one entry of every normalising function of this module."""
+    text = unicodedata.normalize("NFKC", valid_unicode(text))
     return to_simplified(text) if (spec or _spec(None)).t2s else text
 
 
@@ -316,7 +344,8 @@ def raw_english_word_count(text: str) -> int:
     A word is a run of Latin letters with internal apostrophes, after NFKC, lowercasing and removal of
     diacritics; a hyphen separates words ("self-attention" = 2), as in the Whisper normaliser.
     """
-    text = unicodedata.normalize("NFKD", unicodedata.normalize("NFKC", text).lower().translate(_APOSTROPHES))
+    text = unicodedata.normalize("NFKC", valid_unicode(text)).lower().translate(_APOSTROPHES)
+    text = unicodedata.normalize("NFKD", text)
     text = "".join(c for c in text if unicodedata.category(c) != "Mn")
     return len(_RAW_LATIN_WORD.findall(text))
 
@@ -356,7 +385,7 @@ def response_language(text: str, pair: LanguagePair | str | None = None) -> str:
     "none" then only means: no letters at all (empty, digits, punctuation, emoji).
     """
     dominant = dominant_language(text, pair)
-    if dominant == "none" and any(unicodedata.category(c).startswith("L") for c in text or ""):
+    if dominant == "none" and any(unicodedata.category(c).startswith("L") for c in valid_unicode(text or "")):
         return "other"
     return dominant
 
@@ -386,4 +415,4 @@ def normalize_keyword_spans(text: str) -> str:
 
 def split_middle_dot(text: str) -> list[str]:
     """Split on any middle-dot variant (乔治·华盛顿 -> ["乔治", "华盛顿"]); parts are not stripped."""
-    return re.split(f"[{MIDDLE_DOTS}]", unicodedata.normalize("NFKC", text))
+    return re.split(f"[{MIDDLE_DOTS}]", unicodedata.normalize("NFKC", valid_unicode(text)))

@@ -27,6 +27,7 @@ SETTING_KEYS = (
     "asr_model",
     "asr_backend",
     "asr_short_clips",
+    "asr_device",
     "judge",
     "judge_model",
     "judge_base_url",

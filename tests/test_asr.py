@@ -173,9 +173,9 @@ def test_real_model_cache_hit_does_no_asr(whisper_base, monkeypatch, isolated_ca
     assert (isolated_cache / "asr.sqlite").is_file()
     runner = asr._load_runner("faster-whisper", whisper_base)
     clips = []
-    original = runner.transcribe_packed
+    original = runner.transcribe_many  # the default short-clip decoding is per clip, in batches
     monkeypatch.setattr(
-        runner, "transcribe_packed", lambda audios, lang: clips.extend(audios) or original(audios, lang)
+        runner, "transcribe_many", lambda audios, lang: clips.extend(audios) or original(audios, lang)
     )
     second = transcribe_batch([str(w) for w in wavs], model=whisper_base, progress=False)
     assert second == first and clips == []
@@ -268,6 +268,7 @@ def test_packed_decoding_matches_per_clip_accuracy_on_belle(whisper_base, monkey
     """
     from cs3_tasks.metrics import corpus_character_error_rate
 
+    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")
     pairs = _belle_pairs()[:24]
     wavs, refs = [p for p, _ in pairs], [r for _, r in pairs]
     runner = asr._load_runner("faster-whisper", whisper_base)
@@ -296,6 +297,7 @@ def test_packed_decoding_matches_per_clip_accuracy_on_belle(whisper_base, monkey
 @pytest.mark.slow
 def test_uncertain_language_clips_are_decoded_alone(whisper_base, monkeypatch):
     """A clip whose language detection is unsure is not packed (hard audio: segments merge or loop)."""
+    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")
     wavs = [p for p, _ in _belle_pairs()[:3]]
     runner = asr._load_runner("faster-whisper", whisper_base)
     detect = runner.detect_languages
@@ -322,7 +324,8 @@ def test_uncertain_language_clips_are_decoded_alone(whisper_base, monkeypatch):
 
 
 @pytest.mark.slow
-def test_silent_clip_among_packed_clips_is_empty_and_neighbours_are_intact(whisper_base):
+def test_silent_clip_among_packed_clips_is_empty_and_neighbours_are_intact(whisper_base, monkeypatch):
+    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")
     wavs = [p for p, _ in _belle_pairs()[:3]]
     silence = np.zeros(3 * SAMPLE_RATE, dtype=np.float32)
     out = transcribe_batch(
@@ -362,7 +365,7 @@ class _FakeRunner:
 @pytest.fixture
 def fake_runner(monkeypatch):
     runner = _FakeRunner()
-    monkeypatch.setattr(asr, "_load_runner", lambda backend, model: runner)
+    monkeypatch.setattr(asr, "_load_runner", lambda backend, model, device="cpu": runner)
     return runner
 
 
@@ -419,7 +422,7 @@ class _FakeBatchedRunner(_FakeRunner):
 @pytest.fixture
 def fake_batched(monkeypatch):
     runner = _FakeBatchedRunner()
-    monkeypatch.setattr(asr, "_load_runner", lambda backend, model: runner)
+    monkeypatch.setattr(asr, "_load_runner", lambda backend, model, device="cpu": runner)
     return runner
 
 
@@ -462,8 +465,9 @@ class _FakePackedRunner(_FakeBatchedRunner):
 
 @pytest.fixture
 def fake_packed(monkeypatch):
+    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")  # an opt-in mode: the default decodes per clip
     runner = _FakePackedRunner()
-    monkeypatch.setattr(asr, "_load_runner", lambda backend, model: runner)
+    monkeypatch.setattr(asr, "_load_runner", lambda backend, model, device="cpu": runner)
     return runner
 
 
@@ -586,7 +590,7 @@ def test_progress_bar_only_when_asked(fake_runner, capsys):
 
 
 def test_default_model_and_backend_follow_env(monkeypatch):
-    monkeypatch.setattr(asr, "offline_whisper_base", lambda: Path("/models/whisper-base-ct2"))
+    monkeypatch.setattr(asr, "offline_whisper_base", lambda join=True: Path("/models/whisper-base-ct2"))
     assert asr.default_model() == str(Path("/models/whisper-base-ct2"))
     assert asr.default_model("openai-whisper") == "large-v3"
     monkeypatch.setenv(asr.MODEL_ENV, "small")

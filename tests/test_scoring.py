@@ -93,6 +93,7 @@ class FakeASR:
         progress=True,
         batch_size=None,
         short_clips=None,
+        device=None,
     ):
         names = [Path(a).name for a in audios]
         self.calls.append(names)

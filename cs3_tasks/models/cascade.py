@@ -59,6 +59,7 @@ class CascadeLM(SpeechLM):
         asr_short_clips: str | None = None,
         asr_language: str | None = None,
         asr_use_cache: bool = True,
+        asr_device: str | None = None,
         tts_backend: str = "espeak",
         tts_voice: str | None = None,
         max_concurrency: int = 8,
@@ -79,11 +80,13 @@ class CascadeLM(SpeechLM):
         self.system_prompt = system_prompt or None
         self.send_instruction = as_bool(send_instruction)
         self.max_new_tokens = int(max_new_tokens)
+        # default device: this rank's GPU when there is one (cs3_tasks.asr.asr_device)
         self.asr = {
             "model": asr_model,
             "backend": asr_backend,
             "short_clips": asr_short_clips,
             "use_cache": as_bool(asr_use_cache),
+            "device": asr_device or None,
         }
         self.asr_language = asr_language or None
         self.tts_backend, self.tts_voice = tts_backend, tts_voice
