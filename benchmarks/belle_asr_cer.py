@@ -22,6 +22,7 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -61,8 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--compare", type=int, default=48, help="clips in the batched-vs-sequential run (0: skip)"
     )
-    parser.add_argument("--modes", default="packed,batched",
-                        help="short-clip decodings to run on all clips (CS3_ASR_SHORT_CLIPS values)")
+    parser.add_argument(
+        "--modes",
+        default="packed,batched",
+        help="short-clip decodings to run on all clips (packed, batched: asr.SHORT_CLIP_DECODINGS)",
+    )
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args(argv)
@@ -76,21 +80,22 @@ def main(argv: list[str] | None = None) -> int:
     from cs3_tasks.metrics import character_error_rate, corpus_character_error_rate
 
     pairs = read_belle(args.limit)
-    model_name = asr.default_model()
+    model_name = str(asr.offline_whisper_base() or asr.default_model())  # joined before WhisperModel loads it
     print(
-        f"model: {model_name}  backend: faster-whisper  decoding: {asr.runner_options()}  "
-        f"threads: {asr._cpu_threads()}"
+        f"model: {model_name}  backend: faster-whisper  decoding: {asdict(asr.decoding_options())}  "
+        f"threads: {asr.cpu_threads()}"
     )
     t0 = time.perf_counter()
-    runner = asr._load_runner("faster-whisper", model_name)
+    runner = asr.load_runner("faster-whisper", model_name)
     print(f"model load: {time.perf_counter() - t0:.1f} s")
 
     refs = [ref for _, ref in pairs]
     texts: dict[str, list[str]] = {}
     for mode in args.modes.split(","):
-        os.environ[asr.SHORT_CLIPS_ENV] = mode
         t0 = time.perf_counter()
-        transcripts = asr.transcribe_batch([p for p, _ in pairs], model=model_name, use_cache=False, progress=True)
+        transcripts = asr.transcribe_batch(
+            [p for p, _ in pairs], model=model_name, use_cache=False, progress=True, short_clips=mode
+        )
         elapsed = time.perf_counter() - t0
         hyps = texts[mode] = [t.text for t in transcripts]
         errors = sum(t.error is not None for t in transcripts)
@@ -104,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{mode}] time per clip (decode + ASR, language detection on): {elapsed / len(pairs):.3f} s")
     if len(texts) == 2:
         first, second = texts.values()
-        print(f"identical transcripts in the two modes: {sum(a == b for a, b in zip(first, second))}/{len(pairs)}")
-    os.environ.pop(asr.SHORT_CLIPS_ENV, None)
+        same = sum(a == b for a, b in zip(first, second))
+        print(f"identical transcripts in the two modes: {same}/{len(pairs)}")
 
     if args.compare:
         subset = [load_audio(p) for p, _ in pairs[: args.compare]]

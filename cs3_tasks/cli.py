@@ -13,10 +13,19 @@ import sys
 
 # subcommand -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "build-dataset": ("cs3_tasks.build", "build the HF dataset: source JSON -> TTS -> ASR QC -> parquet + card"),
-    "build-conversation-set": ("cs3_tasks.conversation_data", "add a conversation config (e.g. belle_eval_s2s) to a build"),
+    "build-dataset": (
+        "cs3_tasks.build",
+        "build the HF dataset: source JSON -> TTS -> ASR QC -> parquet + card",
+    ),
+    "build-conversation-set": (
+        "cs3_tasks.conversation_data",
+        "add a conversation config (e.g. belle_eval_s2s) to a build",
+    ),
     "score": ("cs3_tasks.scoring", "score pre-generated outputs (text + speech) of one set"),
-    "score-conversation": ("cs3_tasks.conversation", "score pre-generated outputs of a conversation set (BELLE zh->en)"),
+    "score-conversation": (
+        "cs3_tasks.conversation",
+        "score pre-generated outputs of a conversation set (BELLE zh->en)",
+    ),
     "report": ("cs3_tasks.report", "leaderboard (markdown + CSV) and figure across scored result dirs"),
     "eval": ("cs3_tasks.evaluate", "run lm_eval with the cs3 tasks on the include path"),
     "demo": ("cs3_tasks.evaluate", "run the offline main job on the embedded demo set"),

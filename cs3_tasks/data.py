@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # datasets is heavy: imported inside functions only
     import datasets
 
 SETS = ("knowledge", "knowledge_en", "open_ended")
+KNOWLEDGE_SETS = ("knowledge", "knowledge_en")  # scored by accuracy (keyword stage, then the judge)
 HUB_DATASET = "VocalNet/CS3-Bench"
 DATASET_ENV = "CS3_BENCH_DATASET"  # a local build dir, a Hub id, or "demo"
 DEMO = "demo"
@@ -41,12 +42,20 @@ REQUIRED_FIELDS = {
     "knowledge_en": ("Qid", "Question", "Answer", "Category"),
     "open_ended": ("Qid", "Question", "Answer", "Source"),
 }
-# kept when present (2 of the 362 published knowledge items have no Question_zh), None otherwise
+# kept when present, None otherwise. Question_zh / Question_en are ours (the authors' source has them, the
+# Hub's knowledge config does not; 2 of the 362 items have no Question_zh). knowledge_en's Source is the Hub's
+# column: the authors' source file has none, so it is taken from the knowledge twin (same Qid, same question).
 OPTIONAL_FIELDS = {
     "knowledge": ("Question_zh", "Question_en"),
-    "knowledge_en": (),
+    "knowledge_en": ("Source",),
     "open_ended": (),
 }
+
+
+def check_set(name: str) -> None:
+    """Raise ValueError naming the choices when ``name`` is not a CS3-Bench set."""
+    if name not in SETS:
+        raise ValueError(f"unknown set {name!r}; choose from {list(SETS)}")
 
 
 def set_columns(name: str) -> tuple[str, ...]:
@@ -95,6 +104,10 @@ def load_source(source_dir: Path, sets: tuple[str, ...] | list[str] = SETS) -> d
         _check_twins(
             result["knowledge"], result["knowledge_en"], qids["knowledge"], qids["knowledge_en"], problems
         )
+        sources = {item["Qid"]: item["Source"] for item in result["knowledge"]}
+        for item in result["knowledge_en"]:
+            if item.get("Source") is None:
+                item["Source"] = sources.get(item["Qid"])
     if problems:
         raise SourceError(problems)
     return result
@@ -211,8 +224,7 @@ def load_set(name: str, location: str | None = None) -> datasets.Dataset:
     """Load the ``test`` split of one set, its audio column left as undecoded ``{"bytes", "path"}``."""
     import datasets
 
-    if name not in SETS:
-        raise ValueError(f"unknown set {name!r}; choose from {list(SETS)}")
+    check_set(name)
     where = dataset_location(location)
     local = Path(where)
     if local.is_dir():
@@ -222,8 +234,8 @@ def load_set(name: str, location: str | None = None) -> datasets.Dataset:
                 "build one with `cs3-bench build-dataset --source DIR --out DIR`"
             )
         ds = datasets.load_dataset(str(local), name, split=SPLIT)
-    elif _is_hub_id(where):
-        ds = _load_from_hub(where, name)
+    elif is_hub_id(where):
+        ds = load_from_hub(where, name)
     else:
         raise DatasetUnavailableError(f"dataset directory {where} does not exist. {_override_hint()}")
     if AUDIO_COLUMN in ds.column_names:
@@ -232,7 +244,7 @@ def load_set(name: str, location: str | None = None) -> datasets.Dataset:
     return ds
 
 
-def _is_hub_id(location: str) -> bool:
+def is_hub_id(location: str) -> bool:
     """A Hub dataset id looks like owner/name (checked after existing paths)."""
     return re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", location) is not None
 
@@ -247,7 +259,7 @@ def _override_hint() -> str:
 
 
 def _hub_reachable(timeout: float = 5.0) -> bool:
-    """A quick TCP probe of the Hub endpoint, so that an offline machine fails in seconds, not after retries."""
+    """A quick TCP probe of the Hub endpoint: an offline machine fails in seconds, not after retries."""
     import socket
     from urllib.parse import urlparse
 
@@ -262,7 +274,9 @@ def _hub_reachable(timeout: float = 5.0) -> bool:
         return False
 
 
-def _load_from_hub(repo_id: str, name: str) -> datasets.Dataset:
+def load_from_hub(repo_id: str, name: str) -> datasets.Dataset:
+    """The test split of config ``name`` of a Hub dataset; DatasetUnavailableError (with the local
+    alternatives) when the Hub cannot be reached or the load fails."""
     import datasets
 
     offline_mode = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
@@ -276,3 +290,19 @@ def _load_from_hub(repo_id: str, name: str) -> datasets.Dataset:
         raise DatasetUnavailableError(
             f"could not load {repo_id!r} (set {name!r}) from the Hub: {err}. {_override_hint()}"
         ) from err
+
+
+def load_docs(set_name: str, location: str | None = None) -> list[dict]:
+    """Dataset items of one set without their audio: a built dataset (Hub id / local build / "demo"), the
+    authors' source directory (``cs_knowledge.json`` ...; validated by `load_source`) or one source JSON
+    file (a list of items)."""
+    if location and Path(location).is_file():
+        with open(location, encoding="utf-8") as handle:
+            items = json.load(handle)
+        if not isinstance(items, list) or not all(isinstance(i, dict) and "Qid" in i for i in items):
+            raise ValueError(f"{location}: expected a JSON list of items with a Qid each")
+        return [dict(item) for item in items]
+    if location and (Path(location) / SOURCE_FILES[set_name]).is_file():
+        return load_source(Path(location), sets=(set_name,))[set_name]
+    dataset = load_set(set_name, dataset_location(location))
+    return [{k: v for k, v in row.items() if k != AUDIO_COLUMN} for row in dataset]

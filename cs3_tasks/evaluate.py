@@ -20,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-SETS = ("knowledge", "knowledge_en", "open_ended")
+from cs3_tasks.data import SETS
+
 DEMO_RESPONSES = Path(__file__).resolve().parent / "demo" / "responses"
 
 
@@ -73,7 +74,8 @@ def records_from_samples(samples: Mapping[str, Sequence[Mapping]]) -> dict[tuple
 def write_scored_dir(records: Mapping[str, Sequence[dict]], out: Path, model: str) -> dict[str, dict]:
     """Write ``<set>.records.jsonl`` / ``.summary.json`` / ``.summary.md`` (the ``cs3-bench score``
     layout, so ``cs3-bench report`` reads it) and return the summaries, with the cs-vs-en comparison."""
-    from cs3_tasks.scoring import compare_cs_en, summarize, summary_markdown
+    from cs3_tasks.cache import atomic_write
+    from cs3_tasks.summary import attach_cs_vs_en, summarize, write_summary
 
     out.mkdir(parents=True, exist_ok=True)
     summaries = {}
@@ -82,14 +84,10 @@ def write_scored_dir(records: Mapping[str, Sequence[dict]], out: Path, model: st
         summary["model"] = model
         summaries[set_name] = summary
         lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in set_records)
-        (out / f"{set_name}.records.jsonl").write_text(lines, encoding="utf-8")
-    if "knowledge" in summaries and "knowledge_en" in summaries:
-        comparison = compare_cs_en(summaries["knowledge"], summaries["knowledge_en"])
-        summaries["knowledge"]["cs_vs_en"] = summaries["knowledge_en"]["cs_vs_en"] = comparison
-    for set_name, summary in summaries.items():
-        (out / f"{set_name}.summary.json").write_text(
-            json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        (out / f"{set_name}.summary.md").write_text(summary_markdown(summary), encoding="utf-8")
+        atomic_write(out / f"{set_name}.records.jsonl", lines)
+    attach_cs_vs_en(summaries)
+    for summary in summaries.values():
+        write_summary(out, summary)
     return summaries
 
 
@@ -101,16 +99,22 @@ def _pct(value: float | None) -> str:
 
 def cs_vs_en_markdown(per_model: Mapping[str, Mapping[str, dict]]) -> str:
     """One row per model and channel: accuracy on code-switched vs English questions, drop, preserve rate."""
-    lines = ["| model | channel | acc cs | acc en | drop (abs) | drop (rel) | preserve |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+    from cs3_tasks.scoring import CHANNELS
+
+    lines = [
+        "| model | channel | acc cs | acc en | drop (abs) | drop (rel) | preserve |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
     for model, summaries in per_model.items():
         comparison = (summaries.get("knowledge") or {}).get("cs_vs_en")
         if not comparison:
             continue
-        for channel in ("text", "speech"):
+        for channel in CHANNELS:
             c = comparison.get(channel) or {}
-            lines.append(f"| {model} | {channel} | {_pct(c.get('acc_cs'))} | {_pct(c.get('acc_en'))} | "
-                         f"{_pct(c.get('drop_abs'))} | {_pct(c.get('drop_rel'))} | {_pct(c.get('preserve'))} |")
+            lines.append(
+                f"| {model} | {channel} | {_pct(c.get('acc_cs'))} | {_pct(c.get('acc_en'))} | "
+                f"{_pct(c.get('drop_abs'))} | {_pct(c.get('drop_rel'))} | {_pct(c.get('preserve'))} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -136,27 +140,50 @@ def _strip_nan(value: Any) -> Any:
 
 
 def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, default=Path("cs3_demo"), help="output folder (default ./cs3_demo)")
-    parser.add_argument("--dataset", default="demo",
-                        help="dataset for the tasks: 'demo' (embedded), a local build dir or a Hub id")
-    parser.add_argument("--responses", type=Path, default=DEMO_RESPONSES,
-                        help="folder with one sub-folder of pre-generated outputs per system")
+    parser.add_argument(
+        "--out", type=Path, default=Path("cs3_demo"), help="output folder (default ./cs3_demo)"
+    )
+    parser.add_argument(
+        "--dataset",
+        default="demo",
+        help="dataset for the tasks: 'demo' (embedded), a local build dir or a Hub id",
+    )
+    parser.add_argument(
+        "--responses",
+        type=Path,
+        default=DEMO_RESPONSES,
+        help="folder with one sub-folder of pre-generated outputs per system",
+    )
     parser.add_argument("--systems", nargs="*", default=None, help="sub-folders to run (default: all)")
     parser.add_argument("--tasks", default="cs3", help="lm-eval tasks or groups (default: cs3)")
     parser.add_argument("--asr-model", default=None, help="ASR model (default: the offline Whisper-base)")
     parser.add_argument("--no-judge", action="store_true", help="keyword stage only, even if a judge is set")
+    parser.add_argument(
+        "--protocol",
+        choices=("reference", "cs3"),
+        default="reference",
+        help="scoring protocol (default reference: the authors' scoring; cs3: our audit protocol)",
+    )
+    parser.add_argument(
+        "--reference-scripts",
+        default=None,
+        help="the authors' VocalBench-zh checkout, for the reference judge prompts ($CS3_REFERENCE_SCRIPTS)",
+    )
     parser.add_argument("--limit", type=int, default=None, help="items per task (lm-eval --limit)")
 
 
 def run_demo(args: argparse.Namespace) -> int:
     started = time.time()
     responses = Path(args.responses)
-    systems = args.systems or (sorted(p.name for p in responses.iterdir() if p.is_dir())
-                               if responses.is_dir() else [])
+    systems = args.systems or (
+        sorted(p.name for p in responses.iterdir() if p.is_dir()) if responses.is_dir() else []
+    )
     if not systems:
         print(f"error: no demo systems found in {responses}", file=sys.stderr)
         return 2
-    metadata: dict[str, Any] = {"dataset": args.dataset}
+    metadata: dict[str, Any] = {"dataset": args.dataset, "protocol": getattr(args, "protocol", "reference")}
+    if getattr(args, "reference_scripts", None):
+        metadata["reference_scripts"] = str(args.reference_scripts)
     if args.asr_model:
         metadata["asr_model"] = args.asr_model
     if args.no_judge:
@@ -166,8 +193,14 @@ def run_demo(args: argparse.Namespace) -> int:
     per_model: dict[str, dict[str, dict]] = {}
     for system in systems:
         print(f"\n=== {system}: lm-eval, model cs3-precomputed, tasks {args.tasks} ===", flush=True)
-        summaries = evaluate_outputs(responses / system, out / system, model=system, tasks=args.tasks,
-                                     metadata=metadata, limit=args.limit)
+        summaries = evaluate_outputs(
+            responses / system,
+            out / system,
+            model=system,
+            tasks=args.tasks,
+            metadata=metadata,
+            limit=args.limit,
+        )
         per_model[system] = summaries
     print("\n=== code-switched vs English knowledge questions ===")
     comparison = cs_vs_en_markdown(per_model)
@@ -178,8 +211,15 @@ def run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def evaluate_outputs(outputs: Path, out: Path, *, model: str, tasks: str | Sequence[str] = "cs3",
-                     metadata: Mapping[str, Any] | None = None, limit: int | None = None) -> dict[str, dict]:
+def evaluate_outputs(
+    outputs: Path,
+    out: Path,
+    *,
+    model: str,
+    tasks: str | Sequence[str] = "cs3",
+    metadata: Mapping[str, Any] | None = None,
+    limit: int | None = None,
+) -> dict[str, dict]:
     """Run lm-eval (``cs3-precomputed`` over ``outputs``) and write lm-eval's results plus the
     ``cs3-bench score`` layout into ``out``; returns the summaries per set."""
     import lm_eval
@@ -190,9 +230,14 @@ def evaluate_outputs(outputs: Path, out: Path, *, model: str, tasks: str | Seque
     metadata = dict(metadata or {})
     task_list = [tasks] if isinstance(tasks, str) else list(tasks)
     results = lm_eval.simple_evaluate(
-        model="cs3-precomputed", model_args={"outputs": str(outputs)}, tasks=task_list,
-        task_manager=task_manager(metadata=metadata), metadata=metadata, log_samples=True,
-        bootstrap_iters=0, limit=limit,
+        model="cs3-precomputed",
+        model_args={"outputs": str(outputs)},
+        tasks=task_list,
+        task_manager=task_manager(metadata=metadata),
+        metadata=metadata,
+        log_samples=True,
+        bootstrap_iters=0,
+        limit=limit,
     )
     print(make_table(results))
     if results.get("groups"):
@@ -201,7 +246,8 @@ def evaluate_outputs(outputs: Path, out: Path, *, model: str, tasks: str | Seque
     out.mkdir(parents=True, exist_ok=True)
     (out / "lm_eval_results.json").write_text(
         json.dumps(_strip_nan(results), indent=2, ensure_ascii=False, default=_json_default) + "\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     records = {s: r for (s, variant), r in records_from_samples(samples).items() if variant == "audio"}
     return write_scored_dir(records, out, model)
 
@@ -225,9 +271,12 @@ def _leaderboard_and_figure(out: Path, per_model: Mapping[str, Mapping[str, dict
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("lm_eval_args", nargs=argparse.REMAINDER,
-                        help="arguments for `lm_eval run` (e.g. --model cs3-precomputed --model_args "
-                             "outputs=DIR --tasks cs3 --metadata '{\"dataset\": \"demo\"}')")
+    parser.add_argument(
+        "lm_eval_args",
+        nargs=argparse.REMAINDER,
+        help="arguments for `lm_eval run` (e.g. --model cs3-precomputed --model_args "
+        'outputs=DIR --tasks cs3 --metadata \'{"dataset": "demo"}\')',
+    )
     parser.epilog = "Runs `lm_eval run --include_path <cs3 tasks> ARGS` (works with the start-up hook off)."
     parse_known = parser.parse_known_args
 

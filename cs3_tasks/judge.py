@@ -1,9 +1,10 @@
-"""The LLM judge: an OpenAI-compatible chat-completions client with strict verdict parsing.
+"""The LLM judge: prompts, strict verdict parsing and a cached, concurrent engine over an LLM endpoint.
 
 One engine (``ask_batch``) serves every judge task: each prompt is rendered from a package-data template
-(``cs3_tasks/prompts/*.txt``), sent as one user message to ``POST {base_url}/chat/completions`` with
-a bounded number of requests in flight, retried with exponential backoff on timeouts, connection errors,
-HTTP 408/429/5xx, malformed bodies and unparseable replies, and cached in sqlite once a reply parses.
+(``cs3_tasks/prompts/*.txt``), sent as one user message to ``POST {base_url}/chat/completions``
+(``cs3_tasks.chat_api``) with a bounded number of requests in flight, retried by the shared policy
+(timeouts, connection errors, HTTP 408/429/5xx, malformed bodies) and on unparseable replies, and cached
+in sqlite once a reply parses.
 
 Failure policy: a prompt that still times out, errors or is unparseable after the last attempt yields
 ``Verdict(value=None, raw=<last reply>, error="judge_error: <cause>")``. It is never scored as right,
@@ -19,7 +20,6 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
-import random
 import re
 import threading
 import unicodedata
@@ -29,12 +29,20 @@ from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import parse_qsl, unquote, urlparse, urlsplit
 
 import requests
-import tenacity
 
 from cs3_tasks.cache import SqliteCache, cache_dir, stable_key
+from cs3_tasks.chat_api import (
+    EndpointError,
+    RetryPolicy,
+    call_with_retries,
+    chat_url,
+    message_text,
+    post_chat,
+    snippet,
+)
 
 DEFAULT_BASE_URL = "https://dashscope.aliyuncs.com/compatible-mode/v1"
 DEFAULT_MODEL = "qwen-max-2025-01-25"
@@ -49,11 +57,23 @@ CACHE_FILE = "judge.sqlite"
 # Bump when the request format changes in a way that makes old cached replies invalid.
 _CACHE_SCHEMA = "cs3-judge/v1"
 
+# Size bounds of one judge exchange. A message longer than MAX_MESSAGE_CHARS is sent as its head and tail
+# (the prompt's instructions sit at both ends) with a marker; a reply body larger than MAX_REPLY_BYTES is
+# not read further (an error); the assistant text kept, parsed, cached and recorded is at most
+# MAX_REPLY_CHARS. Each cut is said in Verdict.note.
+MAX_MESSAGE_CHARS = 32_000
+MAX_REPLY_BYTES = 4_000_000
+MAX_REPLY_CHARS = 20_000
+REDACTED = "***"
+
 # Named configurations: `--judge-preset gpt-4o-mini` is all it takes to switch judges.
 PRESETS: dict[str, dict[str, str]] = {
     "qwen-max": {"base_url": DEFAULT_BASE_URL, "model": DEFAULT_MODEL, "api_key_env": DEFAULT_API_KEY_ENV},
-    "gpt-4o-mini": {"base_url": "https://api.openai.com/v1", "model": "gpt-4o-mini",
-                    "api_key_env": "OPENAI_API_KEY"},
+    "gpt-4o-mini": {
+        "base_url": "https://api.openai.com/v1",
+        "model": "gpt-4o-mini",
+        "api_key_env": "OPENAI_API_KEY",
+    },
     "vllm": {"base_url": "http://localhost:8000/v1", "model": "Qwen/Qwen2.5-7B-Instruct", "api_key_env": ""},
     "ollama": {"base_url": "http://localhost:11434/v1", "model": "qwen2.5:7b", "api_key_env": ""},
 }
@@ -85,7 +105,7 @@ class JudgeConfig:
     api_key_env: str = DEFAULT_API_KEY_ENV  # "" = send no key (local servers)
     temperature: float = 0.0
     max_concurrency: int = 8
-    timeout: float = 60.0  # seconds, per request (connect and read)
+    timeout: float = 60.0  # seconds, per request: bounds the whole request (connect, headers, body)
     max_retries: int = 3  # retries after the first attempt
     cache_path: Path | None = None  # default cache_dir()/judge.sqlite
     max_tokens: int | None = None  # sent only when set (part of the cache key)
@@ -109,8 +129,11 @@ class JudgeConfig:
             if preset not in PRESETS:
                 raise JudgeConfigError(f"unknown judge preset {preset!r}; choose from {sorted(PRESETS)}")
             given = {**PRESETS[preset], **given}
-        env = {"base_url": os.environ.get(ENV_BASE_URL), "model": os.environ.get(ENV_MODEL),
-               "api_key_env": os.environ.get(ENV_API_KEY_ENV)}
+        env = {
+            "base_url": os.environ.get(ENV_BASE_URL),
+            "model": os.environ.get(ENV_MODEL),
+            "api_key_env": os.environ.get(ENV_API_KEY_ENV),
+        }
         if "base_url" in given and "api_key_env" not in given:
             env["api_key_env"] = None  # the env key variable belongs to the env/default endpoint
         for name, value in env.items():
@@ -120,13 +143,27 @@ class JudgeConfig:
             given["api_key_env"] = default_api_key_env(given.get("base_url", DEFAULT_BASE_URL))
         return cls(**given)
 
+    def __repr__(self) -> str:  # a config is printed in logs and tracebacks: never with credentials
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.name != "base_url")
+        return f"JudgeConfig(base_url={redact(self.base_url)!r}, {shown})"
+
     @property
     def is_local(self) -> bool:
         return is_local_url(self.base_url)
 
     @property
     def endpoint(self) -> str:
-        return self.base_url.rstrip("/") + "/chat/completions"
+        """``{base_url}/chat/completions``, the base URL's query string (e.g. ``?api-version=``) kept."""
+        return chat_url(self.base_url)
+
+    @property
+    def public_base_url(self) -> str:
+        """The base URL as it may be written or printed (credentials redacted, see `redact`)."""
+        return redact(self.base_url)
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(self.max_retries, self.backoff_initial, self.backoff_max)
 
     def resolved_cache_path(self) -> Path:
         return Path(self.cache_path) if self.cache_path is not None else cache_dir() / CACHE_FILE
@@ -142,7 +179,7 @@ class JudgeConfig:
         """
         parsed = urlparse(self.base_url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise JudgeConfigError(f"judge base_url {self.base_url!r} is not an http(s) URL")
+            raise JudgeConfigError(f"judge base_url {self.public_base_url!r} is not an http(s) URL")
         if not self.model:
             raise JudgeConfigError("judge model is empty: set --judge-model or $CS3_JUDGE_MODEL")
         if self.max_concurrency < 1:
@@ -153,14 +190,65 @@ class JudgeConfig:
             raise JudgeConfigError(f"judge max_retries must be >= 0, got {self.max_retries}")
         key = self.api_key()
         if key is None and not self.is_local:
-            how = (f"environment variable {self.api_key_env} is not set" if self.api_key_env
-                   else "no API key variable is named for this endpoint")
+            if not self.api_key_env:
+                how = "no API key variable is named for this endpoint"
+            elif _ENV_NAME.fullmatch(self.api_key_env):
+                how = f"environment variable {self.api_key_env} is not set"
+            else:  # most likely the key itself: never echo it
+                how = (
+                    f"the API key variable given ({len(self.api_key_env)} characters, not shown) is not an "
+                    "environment variable name; pass the name of the variable that holds the key, not the key"
+                )
             raise JudgeConfigError(
-                f"LLM judge {self.model} at {self.base_url}: {how}. Export the key, name its variable with "
+                f"LLM judge {self.model} at {self.public_base_url}: {how}. Export the key, name its variable "
+                "with "
                 f"--judge-api-key-env / ${ENV_API_KEY_ENV}, point the judge elsewhere (--judge-preset, "
                 f"--judge-base-url, --judge-model or ${ENV_BASE_URL}, ${ENV_MODEL}), or run with --no-judge."
             )
         return key
+
+
+# What an environment variable holding a key is called (DASHSCOPE_API_KEY); anything else is not printed.
+_ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+# Query parameters whose value is a credential (api-key=, key=, token=, sig=, password=, ...).
+_SECRET_NAME = re.compile(
+    r"(?i)(?:^|[-_.])(?:api[-_]?key|key|token|access[-_]?token|secret|password|passwd|pwd|"
+    r"sig|signature|auth|authorization|credential)$"
+)
+_QUERY_PARAM = re.compile(r"([?&;])([A-Za-z0-9_.-]+)=([^&#\s'\"<>,)]*)")
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"<>]+@")
+# "Bearer sk-..." / "Authorization: Basic ..." in an error text or an echoed header.
+_AUTH_HEADER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
+
+
+def redact(text: str | None, *secrets: str | None) -> str | None:
+    """``text`` with credentials replaced by ``***``, for anything written or printed.
+
+    Redacted: the user:password of every URL (``http://u:p@host`` -> ``http://***@host``), the value of
+    credential-like query parameters (``api-key``, ``key``, ``token``, ``sig``, ``password``, ...; the
+    other parameters are kept), ``Bearer``/``Basic`` tokens, and every occurrence of each of ``secrets``
+    (e.g. the API key; strings shorter than 4 characters are not searched for). None stays None.
+    """
+    if text is None:
+        return None
+    text = str(text)
+    for secret in sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    text = _USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+    text = _QUERY_PARAM.sub(
+        lambda m: f"{m.group(1)}{m.group(2)}={REDACTED}" if _SECRET_NAME.search(m.group(2)) else m.group(0),
+        text,
+    )
+    return _AUTH_HEADER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+
+
+def url_secrets(url: str) -> list[str]:
+    """The credentials written in a URL (its user info and credential-like query values), to pass to
+    `redact` for texts that hold them without the URL around them (e.g. a server's error message)."""
+    parts = urlsplit(url)
+    found = [parts.username, parts.password, unquote(parts.username or ""), unquote(parts.password or "")]
+    found += [value for name, value in parse_qsl(parts.query) if _SECRET_NAME.search(name)]
+    return [secret for secret in found if secret]
 
 
 def is_local_url(url: str) -> bool:
@@ -189,6 +277,7 @@ class Verdict:
     value: bool | int | None  # True/False for knowledge, 1..5 for scores; None on error
     raw: str  # the judge's full reply (explanation)
     error: str | None = None  # "judge_error: <cause>" when timed out / failed / unparseable
+    note: str | None = None  # what was cut to bound the exchange (a long prompt or reply), else None
 
     @property
     def ok(self) -> bool:
@@ -230,8 +319,9 @@ def load_prompt(name: str) -> str:
     """The text of ``cs3_tasks/prompts/<name>.txt`` (package data)."""
     path = resources.files("cs3_tasks.prompts").joinpath(f"{name}.txt")
     if not path.is_file():
-        available = sorted(p.name[:-4] for p in resources.files("cs3_tasks.prompts").iterdir()
-                           if p.name.endswith(".txt"))
+        available = sorted(
+            p.name[:-4] for p in resources.files("cs3_tasks.prompts").iterdir() if p.name.endswith(".txt")
+        )
         raise FileNotFoundError(f"no judge prompt {name!r}; available: {available}")
     return path.read_text(encoding="utf-8")
 
@@ -279,7 +369,9 @@ def parse_knowledge_verdict(reply: str, language: str = "zh") -> bool:
     echo of the format ("正确/错误") raise UnparseableReply.
     """
     if language not in _VERDICT_TOKENS:
-        raise ValueError(f"knowledge judge language must be one of {sorted(_VERDICT_TOKENS)}, got {language!r}")
+        raise ValueError(
+            f"knowledge judge language must be one of {sorted(_VERDICT_TOKENS)}, got {language!r}"
+        )
     tokens = _VERDICT_TOKENS[language]
     text = unicodedata.normalize("NFKC", reply or "")
     flags = re.IGNORECASE if language == "en" else 0
@@ -325,8 +417,9 @@ def parse_score(reply: str, low: int = 1, high: int = 5) -> int:
     out-of-range score raise UnparseableReply.
     """
     text = unicodedata.normalize("NFKC", reply or "")
-    labelled = re.findall(r"(?:" + _SCORE_LABEL + r")[\s*_`]*(?::|为|是)?[\s*_`]*" + _BRACKET_NUMBER,
-                          text, re.IGNORECASE)
+    labelled = re.findall(
+        r"(?:" + _SCORE_LABEL + r")[\s*_`]*(?::|为|是)?[\s*_`]*" + _BRACKET_NUMBER, text, re.IGNORECASE
+    )
     candidates = labelled or re.findall(_BRACKET_NUMBER, text)
     if not candidates:
         raise UnparseableReply("no [n] score found")
@@ -345,129 +438,150 @@ def parse_score(reply: str, low: int = 1, high: int = 5) -> int:
 # the client
 
 
-class _RetryableError(Exception):
-    def __init__(self, cause: str, raw: str = "", retry_after: float | None = None):
-        super().__init__(cause)
-        self.cause, self.raw, self.retry_after = cause, raw, retry_after
+def bounded_messages(messages: Sequence[dict]) -> tuple[list[dict], str | None]:
+    """``messages`` with every text content longer than MAX_MESSAGE_CHARS cut to its head and tail around a
+    marker, and a note saying what was cut (None when nothing was)."""
+    out, cuts = [], []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str) and len(content) > MAX_MESSAGE_CHARS:
+            half = (MAX_MESSAGE_CHARS - 100) // 2
+            marker = f"\n[... {len(content) - 2 * half} characters cut by cs3-bench ...]\n"
+            message = {**message, "content": content[:half] + marker + content[-half:]}
+            cuts.append(f"{len(content)} -> {len(message['content'])}")
+        out.append(message)
+    note = f"judge request cut to bound its size (message characters {', '.join(cuts)})" if cuts else None
+    return out, note
 
 
-class _FatalError(Exception):
-    def __init__(self, cause: str, raw: str = ""):
-        super().__init__(cause)
-        self.cause, self.raw = cause, raw
-
-
-def _snippet(text: str, limit: int = 200) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _retry_after(response: requests.Response) -> float | None:
-    try:
-        return float(response.headers.get("Retry-After", ""))
-    except ValueError:
-        return None
-
-
-def _message_text(content: Any) -> str:
-    # Some servers return content as a list of parts ({"type": "text", "text": ...}).
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    raise TypeError(f"message content is {type(content).__name__}")
-
-
-def chat_completion(messages: Sequence[dict], config: JudgeConfig, *, api_key: str | None = None,
-                    session: requests.Session | None = None) -> str:
+def chat_completion(
+    messages: Sequence[dict],
+    config: JudgeConfig,
+    *,
+    api_key: str | None = None,
+    session: requests.Session | None = None,
+) -> str:
     """One POST {base_url}/chat/completions, no retry: the assistant message text.
 
-    Raises _RetryableError (timeout, connection, 408/429/5xx, malformed body) or _FatalError (other
-    HTTP errors); ``ask_batch`` turns them into retries and judge_error verdicts.
+    ``config.timeout`` bounds the whole request (connect, headers and body), not each read; a reply body
+    over MAX_REPLY_BYTES is not read. Raises chat_api.EndpointError (``retryable`` per the shared policy),
+    its texts redacted (`redact`: URL credentials and the key); ``ask_batch`` turns it into retries and
+    judge_error verdicts.
     """
-    payload: dict[str, Any] = {"model": config.model, "messages": list(messages),
-                               "temperature": config.temperature}
+    payload: dict[str, Any] = {
+        "model": config.model,
+        "messages": list(messages),
+        "temperature": config.temperature,
+    }
     if config.max_tokens is not None:
         payload["max_tokens"] = config.max_tokens
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    post = (session or requests).post
     try:
-        response = post(config.endpoint, json=payload, headers=headers, timeout=config.timeout)
-    except requests.Timeout as exc:
-        raise _RetryableError(f"timeout after {config.timeout:g} s ({type(exc).__name__})") from exc
-    except requests.ConnectionError as exc:
-        raise _RetryableError(f"connection error: {_snippet(str(exc), 160)}") from exc
-    except requests.RequestException as exc:
-        raise _FatalError(f"request failed: {_snippet(str(exc), 160)}") from exc
-    status = response.status_code
-    if status in (408, 429) or status >= 500:
-        raise _RetryableError(f"HTTP {status}: {_snippet(response.text)}", retry_after=_retry_after(response))
-    if status >= 400:
-        raise _FatalError(f"HTTP {status} (not retried): {_snippet(response.text)}")
-    try:
-        return _message_text(response.json()["choices"][0]["message"]["content"])
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
-        raise _RetryableError(f"malformed response body: {_snippet(response.text)}",
-                              raw=response.text[:2000]) from exc
+        reply = post_chat(
+            config.endpoint,
+            payload,
+            api_key=api_key,
+            timeout=config.timeout,
+            session=session,
+            max_reply_bytes=MAX_REPLY_BYTES,
+        )
+        return message_text(reply)
+    except EndpointError as exc:  # error texts are written to records: no credentials
+        secrets = (api_key, *url_secrets(config.base_url))
+        exc.cause, exc.raw = redact(exc.cause, *secrets), redact(exc.raw, *secrets)
+        raise
 
 
-def _wait(config: JudgeConfig) -> Callable[[tenacity.RetryCallState], float]:
-    """Exponential backoff with jitter; a server's Retry-After (429/503) is honoured up to backoff_max."""
+def complete(
+    messages: Sequence[dict],
+    config: JudgeConfig,
+    *,
+    api_key: str | None = None,
+    session: requests.Session | None = None,
+) -> str:
+    """One chat completion with the client's transport retries (timeouts, connection errors, 408/429/5xx,
+    malformed bodies; backoff as configured): the assistant text, unparsed and uncached.
 
-    def wait(state: tenacity.RetryCallState) -> float:
-        delay = min(config.backoff_max, config.backoff_initial * 2 ** (state.attempt_number - 1))
-        delay *= random.uniform(0.5, 1.0)
-        exc = state.outcome.exception() if state.outcome else None
-        if isinstance(exc, _RetryableError) and exc.retry_after:
-            delay = max(delay, min(exc.retry_after, config.backoff_max))
-        return delay
-
-    return wait
+    Raises chat_api.EndpointError after the last attempt, or at once for a non-retryable one. For callers
+    with their own re-ask rule (the reference protocol); ``ask_batch`` is the engine for everything else.
+    """
+    return call_with_retries(
+        lambda: chat_completion(messages, config, api_key=api_key, session=session), config.retry_policy
+    )
 
 
 def _cache_key(config: JudgeConfig, messages: Sequence[dict]) -> str:
     # base_url is part of the key: a model name means different weights on different servers.
-    return stable_key(_CACHE_SCHEMA, config.base_url.rstrip("/"), config.model, list(messages),
-                      config.temperature, config.max_tokens)
+    return stable_key(
+        _CACHE_SCHEMA,
+        config.base_url.rstrip("/"),
+        config.model,
+        list(messages),
+        config.temperature,
+        config.max_tokens,
+    )
 
 
-def _error_verdict(cause: str, raw: str = "") -> Verdict:
-    return Verdict(value=None, raw=raw, error=f"{JUDGE_ERROR}: {cause}")
+def _error_verdict(cause: str, raw: str = "", note: str | None = None) -> Verdict:
+    return Verdict(value=None, raw=raw, error=f"{JUDGE_ERROR}: {cause}", note=note)
 
 
-def _ask_one(messages: Sequence[dict], parse: Callable[[str], Any], config: JudgeConfig,
-             api_key: str | None, session: requests.Session) -> Verdict:
+def bounded_reply(raw: str, *secrets: str | None) -> tuple[str, str | None]:
+    """The reply as kept, parsed, cached and recorded: credentials redacted (a server may echo the key;
+    ``secrets`` as in `redact`), at most MAX_REPLY_CHARS; and a note when it was cut."""
+    raw = redact(raw, *secrets)
+    if len(raw) <= MAX_REPLY_CHARS:
+        return raw, None
+    return raw[:MAX_REPLY_CHARS], f"judge reply cut to its first {MAX_REPLY_CHARS} of {len(raw)} characters"
+
+
+def _join_notes(*notes: str | None) -> str | None:
+    kept = [n for n in notes if n]
+    return "; ".join(kept) if kept else None
+
+
+def _ask_one(
+    messages: Sequence[dict],
+    parse: Callable[[str], Any],
+    config: JudgeConfig,
+    api_key: str | None,
+    session: requests.Session,
+) -> Verdict:
     attempts = 0
+    messages, request_note = bounded_messages(messages)
+    secrets = (api_key, *url_secrets(config.base_url))
 
     def attempt() -> Verdict:
         nonlocal attempts
         attempts += 1
-        raw = chat_completion(messages, config, api_key=api_key, session=session)
+        raw, reply_note = bounded_reply(
+            chat_completion(messages, config, api_key=api_key, session=session), *secrets
+        )
         try:
-            return Verdict(value=parse(raw), raw=raw)
+            return Verdict(value=parse(raw), raw=raw, note=_join_notes(request_note, reply_note))
         except UnparseableReply as exc:  # re-ask: the next sample may follow the format
-            raise _RetryableError(f"unparseable reply: {exc}", raw=raw) from exc
+            raise EndpointError(f"unparseable reply: {exc}", retryable=True, raw=raw) from exc
 
-    retrying = tenacity.Retrying(
-        stop=tenacity.stop_after_attempt(config.max_retries + 1),
-        wait=_wait(config),
-        retry=tenacity.retry_if_exception_type(_RetryableError),
-        reraise=True,
-    )
     try:
-        return retrying(attempt)
-    except _RetryableError as exc:
-        return _error_verdict(f"{exc.cause} (after {attempts} attempt{'s' * (attempts > 1)})", exc.raw)
-    except _FatalError as exc:
-        return _error_verdict(exc.cause, exc.raw)
+        return call_with_retries(attempt, config.retry_policy)
+    except EndpointError as exc:
+        if not exc.retryable:
+            return _error_verdict(exc.cause, exc.raw, request_note)
+        cause = f"{exc.cause} (after {attempts} attempt{'s' * (attempts > 1)})"
+        return _error_verdict(cause, exc.raw, request_note)
     except Exception as exc:  # noqa: BLE001 - a bug must not sink the other items; recorded, not hidden
-        return _error_verdict(f"unexpected {type(exc).__name__}: {_snippet(str(exc))}")
+        return _error_verdict(
+            f"unexpected {type(exc).__name__}: {snippet(redact(str(exc), *secrets))}", note=request_note
+        )
 
 
-def ask_batch(prompts: Sequence[str | Sequence[dict]], parse: Callable[[str], Any], config: JudgeConfig, *,
-              progress: bool = False, desc: str = "judge") -> list[Verdict]:
+def ask_batch(
+    prompts: Sequence[str | Sequence[dict]],
+    parse: Callable[[str], Any],
+    config: JudgeConfig,
+    *,
+    progress: bool = False,
+    desc: str = "judge",
+) -> list[Verdict]:
     """Ask the model once per prompt; a Verdict per prompt, in order.
 
     A prompt is a str (sent as one user message, as the reference judge does) or a full chat message
@@ -480,8 +594,9 @@ def ask_batch(prompts: Sequence[str | Sequence[dict]], parse: Callable[[str], An
     """
     if not prompts:
         return []
-    messages_list = [[{"role": "user", "content": p}] if isinstance(p, str) else [dict(m) for m in p]
-                     for p in prompts]
+    messages_list = [
+        [{"role": "user", "content": p}] if isinstance(p, str) else [dict(m) for m in p] for p in prompts
+    ]
     keys = [_cache_key(config, m) for m in messages_list]
     unique = dict(zip(keys, messages_list))  # insertion-ordered, one entry per distinct prompt
     cache = SqliteCache(config.resolved_cache_path()) if config.use_cache else None
@@ -492,7 +607,7 @@ def ask_batch(prompts: Sequence[str | Sequence[dict]], parse: Callable[[str], An
                 hit = cache.get(key)
                 if hit is not None:
                     try:
-                        done[key] = Verdict(value=parse(hit["raw"]), raw=hit["raw"])
+                        done[key] = Verdict(value=parse(hit["raw"]), raw=hit["raw"], note=hit.get("note"))
                     except UnparseableReply:
                         pass
         pending = [k for k in unique if k not in done]
@@ -504,9 +619,15 @@ def ask_batch(prompts: Sequence[str | Sequence[dict]], parse: Callable[[str], An
     return [done[k] for k in keys]
 
 
-def _run_pending(pending: list[str], unique: dict[str, list[dict]], parse: Callable[[str], Any],
-                 config: JudgeConfig, cache: SqliteCache | None, progress: bool,
-                 desc: str) -> dict[str, Verdict]:
+def _run_pending(
+    pending: list[str],
+    unique: dict[str, list[dict]],
+    parse: Callable[[str], Any],
+    config: JudgeConfig,
+    cache: SqliteCache | None,
+    progress: bool,
+    desc: str,
+) -> dict[str, Verdict]:
     api_key = config.validate()
     local = threading.local()
     sessions: list[requests.Session] = []
@@ -520,7 +641,7 @@ def _run_pending(pending: list[str], unique: dict[str, list[dict]], parse: Calla
                 sessions.append(session)
         verdict = _ask_one(unique[key], parse, config, api_key, session)
         if verdict.ok and cache is not None:
-            cache.put(key, {"raw": verdict.raw, "model": config.model})
+            cache.put(key, {"raw": verdict.raw, "model": config.model, "note": verdict.note})
         return verdict
 
     results: dict[str, Verdict] = {}
@@ -557,46 +678,81 @@ def _check_texts(item: Any, names: Sequence[str]) -> None:
 
 def knowledge_prompt(item: KnowledgeItem, language: str = "zh") -> str:
     _check_texts(item, ("question", "reference", "response"))
-    return render_prompt(load_prompt(f"knowledge_{language}"), question=item.question,
-                         reference=item.reference, reference_en=item.reference_en, response=item.response)
+    return render_prompt(
+        load_prompt(f"knowledge_{language}"),
+        question=item.question,
+        reference=item.reference,
+        reference_en=item.reference_en,
+        response=item.response,
+    )
 
 
 def open_ended_prompt(item: OpenEndedItem, aspect: str, language: str = "zh") -> str:
     if aspect not in ("relevance", "semantic"):
         raise ValueError(f"open-ended aspect must be 'relevance' or 'semantic', got {aspect!r}")
     _check_texts(item, ("question", "response"))
-    return render_prompt(load_prompt(f"open_{aspect}_{language}"), question=item.question,
-                         reference=item.reference, response=item.response)
+    return render_prompt(
+        load_prompt(f"open_{aspect}_{language}"),
+        question=item.question,
+        reference=item.reference,
+        response=item.response,
+    )
 
 
-def conversation_prompt(item: ConversationItem, language: str = "en", target_language: str = "English",
-                        template: str | None = None) -> str:
+def conversation_prompt(
+    item: ConversationItem,
+    language: str = "en",
+    target_language: str = "English",
+    template: str | None = None,
+) -> str:
     """``template``: the prompt text itself (e.g. a language pair's own prompt file); default: the package
     prompt ``conversation_<language>``."""
     _check_texts(item, ("question", "response"))
-    return render_prompt(template if template is not None else load_prompt(f"conversation_{language}"),
-                         question=item.question, reference=item.reference, response=item.response,
-                         target_language=target_language)
+    return render_prompt(
+        template if template is not None else load_prompt(f"conversation_{language}"),
+        question=item.question,
+        reference=item.reference,
+        response=item.response,
+        target_language=target_language,
+    )
 
 
-def judge_knowledge(items: Sequence[KnowledgeItem], config: JudgeConfig, *, language: str = "zh",
-                    progress: bool = False) -> list[Verdict]:
+def judge_knowledge(
+    items: Sequence[KnowledgeItem], config: JudgeConfig, *, language: str = "zh", progress: bool = False
+) -> list[Verdict]:
     """Is each response consistent with the reference answer? value True/False (None on judge_error)."""
     prompts = [knowledge_prompt(item, language) for item in items]
-    return ask_batch(prompts, lambda raw: parse_knowledge_verdict(raw, language), config,
-                     progress=progress, desc=f"judge knowledge ({language})")
+    return ask_batch(
+        prompts,
+        lambda raw: parse_knowledge_verdict(raw, language),
+        config,
+        progress=progress,
+        desc=f"judge knowledge ({language})",
+    )
 
 
-def judge_open_ended(items: Sequence[OpenEndedItem], config: JudgeConfig, *, aspect: str,
-                     language: str = "zh", progress: bool = False) -> list[Verdict]:
+def judge_open_ended(
+    items: Sequence[OpenEndedItem],
+    config: JudgeConfig,
+    *,
+    aspect: str,
+    language: str = "zh",
+    progress: bool = False,
+) -> list[Verdict]:
     """1-5 score of each response: aspect "relevance" (understood the question) or "semantic"."""
     prompts = [open_ended_prompt(item, aspect, language) for item in items]
     return ask_batch(prompts, parse_score, config, progress=progress, desc=f"judge {aspect}")
 
 
-def judge_conversation(items: Sequence[ConversationItem], config: JudgeConfig, *, language: str = "en",
-                       target_language: str = "English", progress: bool = False,
-                       template: str | None = None) -> list[Verdict]:
+def judge_conversation(
+    items: Sequence[ConversationItem],
+    config: JudgeConfig,
+    *,
+    language: str = "en",
+    target_language: str = "English",
+    progress: bool = False,
+    template: str | None = None,
+) -> list[Verdict]:
     """1-5 helpfulness/correctness score of each response (the "GPT score" of spoken conversation).
 
     ``template`` overrides the package prompt (a language pair's ``prompts.conversation``)."""
@@ -615,21 +771,48 @@ def add_judge_arguments(parser: argparse.ArgumentParser) -> None:
         f"Default: {DEFAULT_MODEL} at {DEFAULT_BASE_URL} with ${DEFAULT_API_KEY_ENV}. "
         f"Environment: ${ENV_BASE_URL}, ${ENV_MODEL}, ${ENV_API_KEY_ENV}.",
     )
-    group.add_argument("--judge-preset", choices=sorted(PRESETS), default=None,
-                       help="a named judge configuration (options below override it)")
+    group.add_argument(
+        "--judge-preset",
+        choices=sorted(PRESETS),
+        default=None,
+        help="a named judge configuration (options below override it)",
+    )
     group.add_argument("--judge-model", default=None, help=f"judge model name (default {DEFAULT_MODEL})")
-    group.add_argument("--judge-base-url", default=None,
-                       help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
-    group.add_argument("--judge-api-key-env", default=None, metavar="VAR",
-                       help="environment variable holding the API key (not the key itself)")
-    group.add_argument("--judge-concurrency", type=int, default=None, metavar="N",
-                       help="requests in flight at once (default 8)")
-    group.add_argument("--judge-timeout", type=float, default=None, metavar="SECONDS",
-                       help="per-request timeout (default 60)")
-    group.add_argument("--judge-cache", type=Path, default=None, metavar="PATH",
-                       help="sqlite cache file (default <cache dir>/judge.sqlite)")
-    group.add_argument("--no-judge", action="store_true",
-                       help="no LLM judge: keyword-only accuracy, unresolved items are counted")
+    group.add_argument(
+        "--judge-base-url", default=None, help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1"
+    )
+    group.add_argument(
+        "--judge-api-key-env",
+        default=None,
+        metavar="VAR",
+        help="environment variable holding the API key (not the key itself)",
+    )
+    group.add_argument(
+        "--judge-concurrency",
+        type=int,
+        default=None,
+        metavar="N",
+        help="requests in flight at once (default 8)",
+    )
+    group.add_argument(
+        "--judge-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="bound of one whole request: connect, wait and read (default 60)",
+    )
+    group.add_argument(
+        "--judge-cache",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="sqlite cache file (default <cache dir>/judge.sqlite)",
+    )
+    group.add_argument(
+        "--no-judge",
+        action="store_true",
+        help="no LLM judge: keyword-only accuracy, unresolved items are counted",
+    )
 
 
 def judge_config_from_args(args: argparse.Namespace) -> JudgeConfig | None:

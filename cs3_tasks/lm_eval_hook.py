@@ -34,6 +34,12 @@ MODEL_MODULES: dict[str, str] = {
     "cs3-qwen2.5-omni": "cs3_tasks.models.qwen_omni",
     "cs3-vocalnet": "cs3_tasks.models.vocalnet",
     "cs3-cascade": "cs3_tasks.models.cascade",
+    # the paper's other five models, each run by its official code in a worker process
+    "cs3-glm-4-voice": "cs3_tasks.models.worker_models",
+    "cs3-kimi-audio": "cs3_tasks.models.worker_models",
+    "cs3-minicpm-o": "cs3_tasks.models.worker_models",
+    "cs3-baichuan-omni": "cs3_tasks.models.worker_models",
+    "cs3-vita-audio": "cs3_tasks.models.worker_models",
 }
 
 
@@ -161,8 +167,11 @@ class _PostImportLoader(importlib.abc.Loader):
         try:
             self._patch(module)
         except Exception as error:  # noqa: BLE001  (never break lm-eval because of us)
-            print(f"cs3-bench: lm-eval hook failed on {module.__name__}: {error} "
-                  f"(set {DISABLE_ENV}=1 to switch the hook off)", file=sys.stderr)
+            print(
+                f"cs3-bench: lm-eval hook failed on {module.__name__}: {error} "
+                f"(set {DISABLE_ENV}=1 to switch the hook off)",
+                file=sys.stderr,
+            )
 
     def __getattr__(self, name):  # get_source, get_filename... for tracebacks and inspect
         return getattr(self._loader, name)

@@ -7,6 +7,7 @@ Per-item metrics
   knowledge_keyword_hit / english_keyword_hit   keyword stage of knowledge accuracy (authors' rules)
   pronunciation_counts                          PSR parts (recognised, total) over English words
   english_wer / mixed_error_rate                WER over English words / over CJK chars + English words
+  corpus_english_wer / corpus_mixed_error_rate  the same as corpus-level rates (edits / reference tokens)
   character_error_rate                          CER of Chinese text (dataset QC, ASR measurement)
   language_selected                             LSA: is the dominant language the expected one
   off_target                                    is the response not in the expected language
@@ -30,6 +31,7 @@ from cs3_tasks.text import (
     english_words,
     mixed_tokens,
     normalize_keyword,
+    normalize_keyword_spans,
     normalize_zh,
     response_language,
     split_middle_dot,
@@ -47,16 +49,22 @@ UNDERSTOOD_ABOVE = 3  # open-ended: an item is "understood" when its relevance s
 # --- knowledge accuracy, keyword stage ---------------------------------------------------------------
 
 
-def _contains_keyword(normalized_response: str, keyword: str | None, min_chars: int = 1) -> bool:
+def _contains_keyword(response_spans: str, keyword: str | None, min_chars: int = 1) -> bool:
     # An answer (part) that normalises to "" (None, "", "·", "《》") must never match: "" is in every string.
+    # response_spans is `normalize_keyword_spans(response)`: the key must lie within one span, unless the
+    # answer itself has punctuation there ("Washington, D.C.").
     key = normalize_keyword(keyword or "")
-    return len(key) >= max(min_chars, 1) and key in normalized_response
+    if len(key) < max(min_chars, 1):
+        return False
+    marked = normalize_keyword_spans(keyword or "")
+    return key in response_spans or (marked != key and marked in response_spans)
 
 
 # Parts of a transliterated name shorter than this are not matched on their own: in the data they are
 # 肯 (Ken, also in 肯定 "certainly"), 范 (Van, in 范围), 休 (Hugh, in 休息) and T (Russell T Davies, in any
 # English text); such an item goes to the judge instead. The whole Answer_zh is always matched, however
-# short (猪, 马). min_part_chars=1 gives the authors' rule verbatim.
+# short (猪, 马). The authors' rule verbatim (raw substrings, no normalisation) is the reference protocol's:
+# `cs3_tasks.reference.knowledge_keyword_hit`; min_part_chars=1 does not give it.
 MIN_NAME_PART_CHARS = 2
 
 
@@ -68,10 +76,11 @@ def knowledge_keyword_hit(
     True when the normalised response contains the normalised Answer_zh, or the normalised Answer_en, or
     a part of Answer_zh split on the middle dot (乔治·华盛顿 -> 乔治, 华盛顿) of at least `min_part_chars`
     characters. Normalisation (`text.normalize_keyword`): NFKC width folding, OpenCC t2s, lowercase,
-    punctuation and middle dots to spaces, no whitespace next to CJK. Substring matching, as in the
-    reference implementation.
+    punctuation and middle dots to spaces, no whitespace next to CJK. Substring matching within the
+    punctuation-separated spans of the response (`text.normalize_keyword_spans`), so removing a comma never
+    joins two words into the answer ("盐，湖城" does not contain 盐湖城).
     """
-    text = normalize_keyword(response or "")
+    text = normalize_keyword_spans(response or "")
     if not text:
         return False
     if _contains_keyword(text, answer_zh) or _contains_keyword(text, answer_en):
@@ -81,15 +90,17 @@ def knowledge_keyword_hit(
 
 
 def english_keyword_hit(response: str, answer: str) -> bool:
-    """knowledge_en keyword rule: the normalised Answer occurs in the normalised response (case-insensitive)."""
-    return _contains_keyword(normalize_keyword(response or ""), answer)
+    """knowledge_en keyword rule: the normalised Answer occurs in one punctuation-separated span of the
+    normalised response (case-insensitive)."""
+    return _contains_keyword(normalize_keyword_spans(response or ""), answer)
 
 
 # --- speech-channel fidelity ---------------------------------------------------------------------------
 
 
-def pronunciation_counts(text_response: str, transcript: str,
-                         pair: LanguagePair | str | None = None) -> tuple[int, int]:
+def pronunciation_counts(
+    text_response: str, transcript: str, pair: LanguagePair | str | None = None
+) -> tuple[int, int]:
     """PSR parts: (recognised, total) English words of the text response.
 
     total = number of English words in the text response; recognised = count-aware bag-of-words overlap
@@ -110,8 +121,7 @@ def _token_error_rate(reference: list[str], hypothesis: list[str]) -> float:
     return float(jiwer.wer(" ".join(reference), " ".join(hypothesis)))
 
 
-def english_wer(text_response: str, transcript: str,
-                pair: LanguagePair | str | None = None) -> float | None:
+def english_wer(text_response: str, transcript: str, pair: LanguagePair | str | None = None) -> float | None:
     """WER (jiwer) of the transcript's English-word sequence against the text response's.
 
     Reference = `english_words(text_response)`, hypothesis = `english_words(transcript)`, so Chinese in
@@ -123,8 +133,9 @@ def english_wer(text_response: str, transcript: str,
     return _token_error_rate(reference, english_words(transcript or "", pair))
 
 
-def mixed_error_rate(text_response: str, transcript: str,
-                     pair: LanguagePair | str | None = None) -> float | None:
+def mixed_error_rate(
+    text_response: str, transcript: str, pair: LanguagePair | str | None = None
+) -> float | None:
     """Mixed error rate: WER (jiwer) over mixed tokens, each CJK character, English word and number a token.
 
     Reference = `mixed_tokens(text_response)`, hypothesis = `mixed_tokens(transcript)`. None when the text
@@ -136,8 +147,30 @@ def mixed_error_rate(text_response: str, transcript: str,
     return _token_error_rate(reference, mixed_tokens(transcript or "", pair))
 
 
-def corpus_mixed_error_rate(text_responses: Sequence[str], transcripts: Sequence[str],
-                            pair: LanguagePair | str | None = None) -> float | None:
+def corpus_english_wer(
+    text_responses: Sequence[str], transcripts: Sequence[str], pair: LanguagePair | str | None = None
+) -> float | None:
+    """Corpus form of `english_wer`: total English-word edits / total English words of the text responses
+    (jiwer over lists), so long answers weigh by their length, unlike the per-item mean. Pairs whose text
+    response has no English words are skipped; None when none is left."""
+    import jiwer
+
+    if len(text_responses) != len(transcripts):
+        raise ValueError(f"{len(text_responses)} text responses but {len(transcripts)} transcripts")
+    references, hypotheses = [], []
+    for text_response, transcript in zip(text_responses, transcripts):
+        reference = english_words(text_response or "", pair)
+        if reference:
+            references.append(" ".join(reference))
+            hypotheses.append(" ".join(english_words(transcript or "", pair)))
+    if not references:
+        return None
+    return float(jiwer.wer(references, hypotheses))
+
+
+def corpus_mixed_error_rate(
+    text_responses: Sequence[str], transcripts: Sequence[str], pair: LanguagePair | str | None = None
+) -> float | None:
     """Corpus form of `mixed_error_rate`: total token edits / total reference tokens over all pairs (jiwer
     over lists). Pairs whose text response has no tokens are skipped; None when none is left."""
     import jiwer
@@ -170,8 +203,7 @@ def _char_edits(reference: str, hypothesis: str) -> int:
     return out.substitutions + out.deletions + out.insertions
 
 
-def character_error_rate(reference: str, hypothesis: str,
-                         pair: LanguagePair | str | None = None) -> float:
+def character_error_rate(reference: str, hypothesis: str, pair: LanguagePair | str | None = None) -> float:
     """CER of Chinese (or mixed) text: character edit distance / reference length after `normalize_zh`.
 
     Whitespace is removed after normalisation, so every remaining character (CJK, Latin letter, digit) is a
@@ -215,8 +247,7 @@ def _check_expected(expected: str, pair: LanguagePair | str | None) -> None:
         raise ValueError(f"expected language must be one of {languages}, got {expected!r}")
 
 
-def language_selected(response: str, expected: str,
-                      pair: LanguagePair | str | None = None) -> bool | None:
+def language_selected(response: str, expected: str, pair: LanguagePair | str | None = None) -> bool | None:
     """LSA per item: True when `text.dominant_language(response)` equals `expected` ("zh" or "en").
 
     A "mixed" response (exact tie) is not a selection of the expected language: False. None when the response
@@ -346,7 +377,9 @@ def understanding_rate(relevance_scores: Sequence[int | None], **ci_options) -> 
 
 
 def mean_score(scores: Sequence[float | None], **ci_options) -> dict:
-    """Mean of the non-None scores with counts and bootstrap CI: {"value", "n", "excluded", "ci_low", "ci_high"}.
+    """Mean of the non-None scores with counts and bootstrap CI.
+
+    Returns {"value", "n", "excluded", "ci_low", "ci_high"}.
 
     Also used for per-item error rates (mean English WER / MER over items that have one).
     """
@@ -391,7 +424,8 @@ def paired_drop(cs_correct: Sequence[bool | None], en_correct: Sequence[bool | N
 
     Only pairs where both values are non-None count (others are "excluded"); the value is the mean of the
     per-item differences en_i - cs_i (= acc_en - acc_cs on those pairs) and the CI is `bootstrap_ci` of
-    those differences, which accounts for the pairing. Returns {"value", "n", "excluded", "ci_low", "ci_high"}.
+    those differences, which accounts for the pairing.
+    Returns {"value", "n", "excluded", "ci_low", "ci_high"}.
     """
     if len(cs_correct) != len(en_correct):
         raise ValueError(f"{len(cs_correct)} code-switched values but {len(en_correct)} English values")

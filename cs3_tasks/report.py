@@ -10,29 +10,48 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from cs3_tasks.scoring import CHANNELS, compare_cs_en
+from cs3_tasks.data import SETS
+from cs3_tasks.scoring import CHANNELS
+from cs3_tasks.summary import compare_cs_en, read_summary
 
-SETS = ("knowledge", "knowledge_en", "open_ended")
 CS_SETS = ("knowledge", "open_ended")
 COLUMNS = (
     "model",
-    "acc_text_cs", "acc_speech_cs", "acc_text_en", "acc_speech_en",
-    "drop_text", "drop_speech", "preserve_text", "preserve_speech",
-    "psr", "lsa_text", "lsa_speech", "understanding_text", "understanding_speech",
+    "acc_text_cs",
+    "acc_speech_cs",
+    "acc_text_en",
+    "acc_speech_en",
+    "drop_text",
+    "drop_speech",
+    "preserve_text",
+    "preserve_speech",
+    "psr",
+    "lsa_text",
+    "lsa_speech",
+    "understanding_text",
+    "understanding_speech",
+    "protocol",
 )
 HEADERS = {
     "model": "model",
-    "acc_text_cs": "acc text (cs)", "acc_speech_cs": "acc speech (cs)",
-    "acc_text_en": "acc text (en)", "acc_speech_en": "acc speech (en)",
-    "drop_text": "drop text", "drop_speech": "drop speech",
-    "preserve_text": "preserve text", "preserve_speech": "preserve speech",
-    "psr": "PSR", "lsa_text": "LSA text", "lsa_speech": "LSA speech",
-    "understanding_text": "understood text", "understanding_speech": "understood speech",
+    "acc_text_cs": "acc text (cs)",
+    "acc_speech_cs": "acc speech (cs)",
+    "acc_text_en": "acc text (en)",
+    "acc_speech_en": "acc speech (en)",
+    "drop_text": "drop text",
+    "drop_speech": "drop speech",
+    "preserve_text": "preserve text",
+    "preserve_speech": "preserve speech",
+    "psr": "PSR",
+    "lsa_text": "LSA text",
+    "lsa_speech": "LSA speech",
+    "understanding_text": "understood text",
+    "understanding_speech": "understood speech",
+    "protocol": "protocol",
 }
 
 
@@ -45,11 +64,10 @@ def load_summaries(result_dirs: Sequence[Path]) -> dict[str, dict[str, dict]]:
             raise FileNotFoundError(f"result dir {result_dir} does not exist")
         found = False
         for set_name in SETS:
-            path = result_dir / f"{set_name}.summary.json"
-            if not path.is_file():
+            summary = read_summary(result_dir, set_name)
+            if summary is None:
                 continue
             found = True
-            summary = json.loads(path.read_text(encoding="utf-8"))
             model = summary.get("model") or result_dir.resolve().name
             if set_name in models.get(model, {}):
                 raise ValueError(f"two {set_name} summaries for model {model!r} (second one in {result_dir})")
@@ -85,7 +103,9 @@ def leaderboard_rows(models: Mapping[str, Mapping[str, dict]]) -> list[dict]:
     for model, summaries in models.items():
         cs, en, oe = summaries.get("knowledge"), summaries.get("knowledge_en"), summaries.get("open_ended")
         comparison = compare_cs_en(cs or {}, en or {})
-        row: dict = {"model": model}
+        # the scoring protocol of the model's summaries ("reference", "cs3"; "mixed" when they differ)
+        protocols = sorted({s.get("protocol") or "cs3" for s in summaries.values() if s})
+        row: dict = {"model": model, "protocol": protocols[0] if len(protocols) == 1 else "mixed"}
         for ch in CHANNELS:
             row[f"acc_{ch}_cs"] = _value(((cs or {}).get(ch) or {}).get("accuracy"))
             row[f"acc_{ch}_en"] = _value(((en or {}).get(ch) or {}).get("accuracy"))
@@ -113,15 +133,19 @@ def _cell(value: float | str | None) -> str:
 def leaderboard_markdown(rows: Sequence[dict]) -> str:
     lines = [
         "| " + " | ".join(HEADERS[c] for c in COLUMNS) + " |",
-        "| " + " | ".join("---" if c == "model" else "---:" for c in COLUMNS) + " |",
+        "| " + " | ".join("---" if c in ("model", "protocol") else "---:" for c in COLUMNS) + " |",
     ]
     lines += ["| " + " | ".join(_cell(row[c]) for c in COLUMNS) + " |" for row in rows]
     notes = [
         "",
-        ("All values in %. cs = code-switched knowledge set, en = its English twin. drop = acc(en) - acc(cs) "
-        "(points); preserve = acc(cs) / acc(en). PSR and LSA pool the code-switched sets (knowledge, "
-        "open_ended); understood = share of open-ended items with relevance > 3. n/a = not applicable "
-        "(e.g. speech of a text-only model) or set not scored."),
+        (
+            "All values in %. cs = code-switched knowledge set, en = its English twin. "
+            "drop = acc(en) - acc(cs) "
+            "(points); preserve = acc(cs) / acc(en). PSR and LSA pool the code-switched sets (knowledge, "
+            "open_ended); understood = share of open-ended items with relevance > 3. n/a = not applicable "
+            "(e.g. speech of a text-only model) or set not scored. protocol: reference = the authors' "
+            "scoring (quote these next to the paper), cs3 = our stricter audit scoring."
+        ),
     ]
     return "\n".join(lines + notes) + "\n"
 
@@ -155,24 +179,46 @@ def plot_accuracy(models: Mapping[str, Mapping[str, dict]], path: Path) -> None:
     names = sorted(models)
     fig, axes = plt.subplots(len(names), 1, figsize=(9, 3.2 * len(names)), squeeze=False)
     series = [(s, ch) for s in ("knowledge", "knowledge_en") for ch in CHANNELS]
-    labels = {("knowledge", "text"): "cs text", ("knowledge", "speech"): "cs speech",
-              ("knowledge_en", "text"): "en text", ("knowledge_en", "speech"): "en speech"}
-    colors = {("knowledge", "text"): "#1f77b4", ("knowledge", "speech"): "#9ecae1",
-              ("knowledge_en", "text"): "#d62728", ("knowledge_en", "speech"): "#fc9272"}
+    labels = {
+        ("knowledge", "text"): "cs text",
+        ("knowledge", "speech"): "cs speech",
+        ("knowledge_en", "text"): "en text",
+        ("knowledge_en", "speech"): "en speech",
+    }
+    colors = {
+        ("knowledge", "text"): "#1f77b4",
+        ("knowledge", "speech"): "#9ecae1",
+        ("knowledge_en", "text"): "#d62728",
+        ("knowledge_en", "speech"): "#fc9272",
+    }
     for ax, name in zip(axes[:, 0], names):
         summaries = models[name]
-        categories = sorted({c for s in ("knowledge", "knowledge_en") for ch in CHANNELS
-                             for c in (((summaries.get(s) or {}).get(ch) or {}).get("by_category") or {})})
+        categories = sorted(
+            {
+                c
+                for s in ("knowledge", "knowledge_en")
+                for ch in CHANNELS
+                for c in (((summaries.get(s) or {}).get(ch) or {}).get("by_category") or {})
+            }
+        )
         groups = ["Overall", *categories]
         x = np.arange(len(groups))
         width = 0.8 / len(series)
         for k, (set_name, ch) in enumerate(series):
             channel = (summaries.get(set_name) or {}).get(ch) or {}
-            entries = [channel.get("accuracy")] + [(channel.get("by_category") or {}).get(c) for c in categories]
+            entries = [channel.get("accuracy")] + [
+                (channel.get("by_category") or {}).get(c) for c in categories
+            ]
             bars = [_bar(e) for e in entries]
-            ax.bar(x + (k - (len(series) - 1) / 2) * width, [b[0] for b in bars], width,
-                   yerr=[[b[1] for b in bars], [b[2] for b in bars]], capsize=2,
-                   label=labels[(set_name, ch)], color=colors[(set_name, ch)])
+            ax.bar(
+                x + (k - (len(series) - 1) / 2) * width,
+                [b[0] for b in bars],
+                width,
+                yerr=[[b[1] for b in bars], [b[2] for b in bars]],
+                capsize=2,
+                label=labels[(set_name, ch)],
+                color=colors[(set_name, ch)],
+            )
         ax.set_xticks(x, groups)
         ax.set_xlim(-0.5, len(groups) - 0.5)
         ax.set_ylim(0, 100)
@@ -204,5 +250,7 @@ def run(args: argparse.Namespace) -> int:
     write_csv(out / "leaderboard.csv", rows)
     plot_accuracy(models, out / "accuracy.png")
     print(markdown)
-    print(f"wrote {out / 'leaderboard.md'}, {out / 'leaderboard.csv'}, {out / 'accuracy.png'}", file=sys.stderr)
+    print(
+        f"wrote {out / 'leaderboard.md'}, {out / 'leaderboard.csv'}, {out / 'accuracy.png'}", file=sys.stderr
+    )
     return 0

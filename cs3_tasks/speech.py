@@ -26,12 +26,14 @@ PROTOCOL_VERSION = 1
 class SpeechPayload:
     """A decoded response: the text channel, the spoken waveform's path, and an input problem if any."""
 
-    text: str | None              # None: the producer had no text response (e.g. an empty answer)
+    text: str | None  # None: the producer had no text response (e.g. an empty answer)
     audio: str | None
-    problem: str | None = None   # e.g. cs3-precomputed: "no output for this Qid"
+    problem: str | None = None  # e.g. cs3-precomputed: "no output for this Qid"
 
 
-def encode_response(text: str | None, audio_path: str | os.PathLike | None, *, problem: str | None = None) -> str:
+def encode_response(
+    text: str | None, audio_path: str | os.PathLike | None, *, problem: str | None = None
+) -> str:
     """One string carrying the text channel and the path of the spoken waveform (None: no speech).
 
     ``problem`` lets a wrapper say why an item has no usable output (it lands in the item's record).
@@ -59,8 +61,11 @@ def decode_payload(response: str | None) -> SpeechPayload:
         if isinstance(payload, dict) and MARKER in payload:
             audio = payload.get("audio")
             text = payload.get("text")
-            return SpeechPayload(None if text is None else str(text), str(audio) if audio else None,
-                                 payload.get("problem") or None)
+            return SpeechPayload(
+                None if text is None else str(text),
+                str(audio) if audio else None,
+                payload.get("problem") or None,
+            )
     return SpeechPayload(response, None)
 
 

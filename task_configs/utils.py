@@ -14,32 +14,29 @@ Flow of one task (e.g. ``cs3_knowledge``):
    ``cs3_tasks.scoring.summarize`` over the task's records, so lm-eval reports exactly the numbers of
    ``cs3-bench score``. A channel that does not apply (no speech from a text-only model) gives NaN.
 
-Run settings (``--metadata`` keys, all optional): ``dataset``, ``asr_model``, ``asr_backend``,
-``judge`` (a preset name of cs3_tasks.judge, "env", or "none"), ``judge_model``, ``judge_base_url``.
-Without ``judge`` the judge joins when $CS3_JUDGE_MODEL or $CS3_JUDGE_BASE_URL is set.
+Run settings (``--metadata`` keys, all optional): ``protocol`` ("reference", the default: the authors'
+scoring; "cs3": our audit protocol), ``reference_scripts`` (the authors' VocalBench-zh checkout for the
+reference judge prompts; default $CS3_REFERENCE_SCRIPTS, else the pinned download), ``dataset``,
+``asr_model``, ``asr_backend``, ``asr_short_clips``, ``asr_device``, ``judge`` (a preset name of
+cs3_tasks.judge, "env", or "none"), ``judge_model``, ``judge_base_url``. Without ``judge`` the judge joins
+when $CS3_JUDGE_MODEL or $CS3_JUDGE_BASE_URL is set.
+The loaders hand the settings to the run (``run.RUN``, which also keeps each task's records for the
+cs-vs-en aggregations); the filters pass them on explicitly.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cs3_tasks.task_configs.run import RUN
 from lm_eval.api.filter import Filter
 
-SETS = ("knowledge", "knowledge_en", "open_ended")
-CATEGORIES = ("Acoustic", "Semantic", "Integrated")
-
-# Run-scoped state, filled by the loaders (settings) and the filters (records), read by the aggregations.
-# Kept on the package, so that every copy of this file shares it: lm-eval imports it by file path,
-# other code as cs3_tasks.task_configs.utils.
-import cs3_tasks.task_configs as _package
-
-_SETTINGS: dict[str, Any] = _package.__dict__.setdefault("_run_settings", {})
-_RECORDS: dict[tuple[str, str], list[dict]] = _package.__dict__.setdefault("_run_records", {})
+from cs3_tasks.data import CATEGORIES, check_set
+from cs3_tasks.scoring import CHANNELS
 
 # ---------------------------------------------------------------------------------------------------------
 # dataset
@@ -51,12 +48,9 @@ def _load(set_name: str, dataset: str | None = None, **metadata: Any):
 
     from cs3_tasks import data
 
-    # lm-eval loads every task of a run before it filters any: records of an earlier run in this
-    # process (e.g. the previous demo system) must not leak into this run's cs-vs-en comparison
-    _RECORDS.clear()
-    _SETTINGS.update({k: metadata[k] for k in ("asr_model", "asr_backend", "judge", "judge_model",
-                                                 "judge_base_url") if k in metadata})
-    ds = data.load_set(set_name, data.dataset_location(dataset))
+    settings = RUN.load_task(metadata)
+    protocol(settings)  # an unknown protocol, or reference prompts that cannot be read: fail before any work
+    ds = data.load_set(set_name, dataset)
     rows = [dict(row) for row in ds]
     for row in rows:
         row["audio"] = query_audio_path(row.get("audio"), row.get("Qid"))
@@ -64,21 +58,15 @@ def _load(set_name: str, dataset: str | None = None, **metadata: Any):
 
 
 def load_knowledge(**metadata: Any):
-    return _load("knowledge", **_dataset_kwargs(metadata))
+    return _load("knowledge", **metadata)
 
 
 def load_knowledge_en(**metadata: Any):
-    return _load("knowledge_en", **_dataset_kwargs(metadata))
+    return _load("knowledge_en", **metadata)
 
 
 def load_open_ended(**metadata: Any):
-    return _load("open_ended", **_dataset_kwargs(metadata))
-
-
-def _dataset_kwargs(metadata: Mapping[str, Any]) -> dict[str, Any]:
-    kwargs = dict(metadata)
-    kwargs["dataset"] = kwargs.get("dataset") or os.environ.get("CS3_BENCH_DATASET") or None
-    return kwargs
+    return _load("open_ended", **metadata)
 
 
 def query_audio_path(audio: Any, qid: Any = None) -> str | None:
@@ -86,7 +74,7 @@ def query_audio_path(audio: Any, qid: Any = None) -> str | None:
     cache, named by content hash (stable across runs, so lm-eval's request cache keys are too)."""
     import hashlib
 
-    from cs3_tasks.cache import cache_dir
+    from cs3_tasks.cache import atomic_write, cache_dir
 
     if audio is None:
         return None
@@ -103,10 +91,7 @@ def query_audio_path(audio: Any, qid: Any = None) -> str | None:
     suffix = Path(path).suffix if path and Path(path).suffix else _sniff_suffix(blob)
     target = cache_dir() / "query_audio" / f"{digest}{suffix}"
     if not target.is_file():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(target.suffix + f".{os.getpid()}.tmp")
-        tmp.write_bytes(blob)
-        tmp.replace(target)  # atomic: parallel runs never see half a file
+        atomic_write(target, blob)  # parallel runs never see half a file
     return str(target)
 
 
@@ -148,31 +133,52 @@ class ScoreResponses(Filter):
 
     def __init__(self, set_name: str, variant: str = "audio", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if set_name not in SETS:
-            raise ValueError(f"ScoreResponses: unknown set {set_name!r}; choose from {list(SETS)}")
+        try:
+            check_set(set_name)
+        except ValueError as exc:
+            raise ValueError(f"ScoreResponses: {exc}") from None
         self.set_name = set_name
         self.variant = variant
 
     def apply(self, resps: Sequence, docs: Sequence[Mapping]) -> list[str]:
         from cs3_tasks import scoring
 
+        settings = RUN.settings
         outputs = [model_output(doc, responses) for doc, responses in zip(docs, resps)]
         records = scoring.score_batch(
-            self.set_name, list(docs), outputs, asr_model=_SETTINGS.get("asr_model"),
-            asr_backend=_SETTINGS.get("asr_backend") or "faster-whisper", judge=judge_config(),
+            self.set_name,
+            list(docs),
+            outputs,
+            asr=asr_config(settings),
+            judge=judge_config(settings),
             progress=True,
+            protocol=protocol(settings),
+            reference_scripts=settings.get("reference_scripts") or None,
         )
         by_qid = {r["qid"]: r for r in records}
         ordered = [by_qid[str(doc["Qid"])] for doc in docs]
         for record in ordered:
             record["variant"] = self.variant
-        _RECORDS[(self.variant, self.set_name)] = [compact(r) for r in ordered]
+        # under data parallelism this rank scored its share only: the cs-vs-en comparison reads every rank's
+        RUN.put_records(self.variant, self.set_name, gathered_records([compact(r) for r in ordered]))
         return [json.dumps(r, ensure_ascii=False) for r in ordered]
+
+
+def gathered_records(records: Sequence[Mapping]) -> list[dict]:
+    """The records of every rank of a data-parallel run (this process's alone otherwise), one per Qid.
+
+    lm-eval runs the filters on each rank's share of the docs and gathers only the per-item metric
+    values to rank 0 for the aggregations; records read across tasks must be gathered here, by every
+    rank (a collective), in the same task order. A launch whose ranks all saw every doc (no sharding)
+    gives each Qid once all the same."""
+    from cs3_tasks.distributed import all_gather_list
+
+    return list({str(r["qid"]): dict(r) for r in all_gather_list(list(records))}.values())
 
 
 def model_output(doc: Mapping, responses: Any):
     """The scoring module's ModelOutput for one lm-eval response (the first of ``resps``)."""
-    from cs3_tasks.scoring import ModelOutput
+    from cs3_tasks.outputs import ModelOutput
     from cs3_tasks.speech import decode_payload
 
     qid = str(doc["Qid"])
@@ -189,22 +195,52 @@ def model_output(doc: Mapping, responses: Any):
     return ModelOutput(qid, payload.text, payload.audio, problem=problem)
 
 
-def judge_config():
-    """The judge of this run, or None (keyword stage only). See the module docstring."""
-    from cs3_tasks.judge import JudgeConfig
+def judge_config(settings: Mapping[str, Any]):
+    """The judge of a run with these settings, or None (keyword stage only). See the module docstring."""
+    import os
 
-    choice = str(_SETTINGS.get("judge") or "").strip()
+    from cs3_tasks import judge
+
+    choice = str(settings.get("judge") or "").strip()
     if choice.lower() in ("none", "no", "false", "0", "off"):
         return None
-    explicit = {"model": _SETTINGS.get("judge_model"), "base_url": _SETTINGS.get("judge_base_url")}
-    env_set = bool(os.environ.get("CS3_JUDGE_MODEL") or os.environ.get("CS3_JUDGE_BASE_URL"))
+    explicit = {"model": settings.get("judge_model"), "base_url": settings.get("judge_base_url")}
+    # the judge's own variables (named by cs3_tasks.judge) decide whether it joins a run that names none
+    env_set = bool(os.environ.get(judge.ENV_MODEL) or os.environ.get(judge.ENV_BASE_URL))
     if not choice and not any(explicit.values()) and not env_set:
         return None
     preset = choice if choice and choice.lower() not in ("env", "yes", "true", "1", "on") else None
-    config = JudgeConfig.from_env(preset=preset, **explicit)
-    if hasattr(config, "validate"):
-        config.validate()
+    config = judge.JudgeConfig.from_env(preset=preset, **explicit)
+    config.validate()
     return config
+
+
+def protocol(settings: Mapping[str, Any]) -> str:
+    """The scoring protocol of a run (``protocol``, default reference). For a reference run with a judge,
+    the authors' prompts are read here, so that a missing copy of their scripts fails at task load."""
+    from cs3_tasks import reference, scoring
+
+    name = str(settings.get("protocol") or scoring.DEFAULT_PROTOCOL).strip().lower()
+    scoring.check_protocol(name)
+    if name == "reference" and judge_config(settings) is not None:
+        reference.load_templates(settings.get("reference_scripts") or None)
+    return name
+
+
+def asr_config(settings: Mapping[str, Any]):
+    """The ASR of a run with these settings (``asr_backend``, ``asr_model``, ``asr_short_clips``,
+    ``asr_device``); under the reference protocol with none chosen, Whisper-large-v3 through transformers
+    where it can be loaded."""
+    from cs3_tasks import scoring
+    from cs3_tasks.asr import AsrConfig
+
+    config = AsrConfig(
+        backend=settings.get("asr_backend") or None,
+        model=settings.get("asr_model") or None,
+        short_clips=settings.get("asr_short_clips") or None,
+        device=settings.get("asr_device") or None,
+    )
+    return scoring.protocol_asr(config, str(settings.get("protocol") or scoring.DEFAULT_PROTOCOL))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -225,14 +261,23 @@ def compact(record: Mapping) -> dict:
 
 KNOWLEDGE_METRICS = (
     ["acc_text", "acc_speech"]
-    + [f"acc_{ch}_{c.lower()}" for ch in ("text", "speech") for c in CATEGORIES]
+    + [f"acc_{ch}_{c.lower()}" for ch in CHANNELS for c in CATEGORIES]
     + ["psr", "english_wer", "lsa_text", "lsa_speech", "judge_errors", "asr_errors"]
 )
 CS_VS_EN_METRICS = ["drop_text", "drop_speech", "preserve_text", "preserve_speech"]
 OPEN_ENDED_METRICS = [
-    "understanding_text", "understanding_speech", "relevance_text", "relevance_speech",
-    "semantic_text", "semantic_speech", "psr", "english_wer", "lsa_text", "lsa_speech",
-    "judge_errors", "asr_errors",
+    "understanding_text",
+    "understanding_speech",
+    "relevance_text",
+    "relevance_speech",
+    "semantic_text",
+    "semantic_speech",
+    "psr",
+    "english_wer",
+    "lsa_text",
+    "lsa_speech",
+    "judge_errors",
+    "asr_errors",
 ]
 _TEXT_ONLY_EXCLUDED = ("speech", "psr", "english_wer", "asr_errors")
 
@@ -254,29 +299,15 @@ def process_results(doc: Mapping, results: Sequence[str]) -> dict[str, dict]:
     return {name: item for name in metric_names(record["set"], record.get("variant", "audio"))}
 
 
-_SUMMARY_CACHE: dict[tuple, tuple[list, dict]] = {}
-
-
-def memoized_summary(kind: str, records: Sequence[Mapping], summarize_records: Callable[[list], dict]) -> dict:
-    """One summary per (kind, record list): every aggregation of a task reads the same summary.
-
-    Keyed by the records' identities (lm-eval hands each aggregation the same objects); the records are
-    kept alive with the entry so their ids cannot be reused.
-    """
-    key = (kind, tuple(id(r) for r in records))
-    hit = _SUMMARY_CACHE.get(key)
-    if hit is None:
-        if len(_SUMMARY_CACHE) > 64:
-            _SUMMARY_CACHE.clear()
-        hit = (list(records), summarize_records(list(records)))
-        _SUMMARY_CACHE[key] = hit
-    return hit[1]
-
-
 def _summary(records: Sequence[Mapping]) -> dict:
-    from cs3_tasks.scoring import summarize
+    from cs3_tasks.summary import summarize
 
-    return memoized_summary("cs3", records, lambda rs: summarize(rs[0]["set"], rs))
+    # in Qid order: a summary must not depend on how the records were sharded and gathered
+    return RUN.summary("cs3", records, lambda rs: summarize(rs[0]["set"], sorted(rs, key=_qid_order)))
+
+
+def _qid_order(record: Mapping) -> str:
+    return str(record.get("qid"))
 
 
 def _number(value: Any) -> float:
@@ -315,11 +346,11 @@ def _cs_vs_en(channel: str, key: str) -> Callable[[Sequence[Mapping]], float]:
     """Drop / preserve rate of the code-switched set vs this English set, when both ran in this run."""
 
     def aggregate(records: Sequence[Mapping]) -> float:
-        from cs3_tasks.scoring import compare_cs_en
+        from cs3_tasks.summary import compare_cs_en
 
         if not records:
             return math.nan
-        cs_records = _RECORDS.get((records[0].get("variant", "audio"), "knowledge"))
+        cs_records = RUN.records_of(records[0].get("variant", "audio"), "knowledge")
         if not cs_records:
             return math.nan
         comparison = compare_cs_en(_summary(cs_records), _summary(records))
@@ -346,9 +377,14 @@ agg_relevance_text = _summary_metric("text", "mean_relevance", "value")
 agg_relevance_speech = _summary_metric("speech", "mean_relevance", "value")
 agg_semantic_text = _summary_metric("text", "mean_semantic", "value")
 agg_semantic_speech = _summary_metric("speech", "mean_semantic", "value")
-agg_judge_errors = _count(("text", "n_judge_error"), ("speech", "n_judge_error"),
-                          ("text", "n_relevance_error"), ("speech", "n_relevance_error"),
-                          ("text", "n_semantic_error"), ("speech", "n_semantic_error"))
+agg_judge_errors = _count(
+    ("text", "n_judge_error"),
+    ("speech", "n_judge_error"),
+    ("text", "n_relevance_error"),
+    ("speech", "n_relevance_error"),
+    ("text", "n_semantic_error"),
+    ("speech", "n_semantic_error"),
+)
 agg_asr_errors = _count(("n_asr_error",))
 agg_drop_text = _cs_vs_en("text", "drop_abs")
 agg_drop_speech = _cs_vs_en("speech", "drop_abs")

@@ -1,14 +1,31 @@
-"""Session-wide test settings.
+"""Session-wide test settings and the fixtures shared by the test files.
 
 Every test session gets its own cs3-bench cache (ASR transcripts, judge replies, joined offline model), so the
-suite measures cold behaviour and never reads a developer's ~/.cache/cs3-bench. Set CS3_BENCH_CACHE yourself to
-reuse a cache between runs.
+suite measures cold behaviour and never reads a developer's ~/.cache/cs3-bench. Set CS3_BENCH_CACHE yourself
+to reuse a cache between runs.
+
+Fixtures:
+
+- ``judge_server(handler, **options)``: a loopback OpenAI-compatible server (tests/judge_server.py), stopped
+  after the test; ``judge_server.loopback_config(server, folder)`` is a JudgeConfig for it.
+- ``fake_asr(hear)``: replaces ``cs3_tasks.asr.transcribe_batch`` with a FakeASR of the same signature;
+  ``hear(audio, language)`` gives each clip's Transcript (or its text).
+
+Tests marked ``slow`` (model inference, full builds, lm_eval subprocesses) are left out by
+``python -m pytest -q -m "not slow"``; CI runs them all.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+from judge_server import FakeJudgeServer
+
+from cs3_tasks.asr import Transcript
 
 
 def pytest_configure(config):
@@ -17,3 +34,64 @@ def pytest_configure(config):
     # Never reach for the network: the Hub and model hosts are not reachable on CI machines.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+@pytest.fixture
+def judge_server():
+    """``judge_server(handler, **options)`` starts a FakeJudgeServer; every one started is stopped after."""
+    started: list[FakeJudgeServer] = []
+
+    def start(handler: Any = "", **options: Any) -> FakeJudgeServer:
+        server = FakeJudgeServer(handler, **options).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+class FakeASR:
+    """Stands in for ``cs3_tasks.asr.transcribe_batch`` with the same signature (tests/test_asr.py checks it):
+    each clip is 'heard' as ``hear(audio, language)``, a Transcript or its text. Every call is recorded."""
+
+    def __init__(self, hear: Callable[[Any, str | None], Transcript | str]):
+        self.hear = hear
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(
+        self,
+        audios: Sequence[Any],
+        language: str | None = None,
+        *,
+        model: str | None = None,
+        backend: str | None = None,
+        use_cache: bool = True,
+        progress: bool = True,
+        batch_size: int | None = None,
+        short_clips: str | None = None,
+        device: str | None = None,
+    ) -> list[Transcript]:
+        self.calls.append(
+            {
+                "audios": list(audios),
+                "language": language,
+                "model": model,
+                "backend": backend,
+                "short_clips": short_clips,
+            }
+        )
+        heard = [self.hear(audio, language) for audio in audios]
+        return [h if isinstance(h, Transcript) else Transcript(text=h, language=language) for h in heard]
+
+
+@pytest.fixture
+def fake_asr(monkeypatch):
+    """``fake_asr(hear)`` installs a FakeASR as ``cs3_tasks.asr.transcribe_batch`` and returns it."""
+
+    def install(hear: Callable[[Any, str | None], Transcript | str]) -> FakeASR:
+        fake = FakeASR(hear)
+        monkeypatch.setattr("cs3_tasks.asr.transcribe_batch", fake)
+        return fake
+
+    return install

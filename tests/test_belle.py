@@ -18,7 +18,7 @@ import pytest
 from cs3_tasks import conversation, metrics
 from cs3_tasks.asr import Transcript
 from cs3_tasks.judge import JudgeConfig
-from cs3_tasks.scoring import ModelOutput
+from cs3_tasks.outputs import ModelOutput
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from judge_server import FakeJudgeServer, Reply
@@ -212,9 +212,20 @@ def test_belle_task_through_lm_eval_echo_system(tmp_path):
         )
     results = tmp_path / "results"
     run = run_lm_eval(
-        "--model", "cs3-precomputed", "--model_args", f"outputs={outputs}", "--tasks", "belle_s2s_zh2en",
-        "--limit", "3", "--metadata", json.dumps({"dataset": str(folder)}), "--output_path", str(results),
-        "--log_samples", env={"CS3_BENCH_CACHE": str(tmp_path / "cache")},
+        "--model",
+        "cs3-precomputed",
+        "--model_args",
+        f"outputs={outputs}",
+        "--tasks",
+        "belle_s2s_zh2en",
+        "--limit",
+        "3",
+        "--metadata",
+        json.dumps({"dataset": str(folder)}),
+        "--output_path",
+        str(results),
+        "--log_samples",
+        env={"CS3_BENCH_CACHE": str(tmp_path / "cache")},
     )
     assert run.returncode == 0, run.stderr[-3000:]
     values = json.loads(next(results.rglob("results_*.json")).read_text())["results"]["belle_s2s_zh2en"]
@@ -227,17 +238,24 @@ def test_belle_task_through_lm_eval_echo_system(tmp_path):
     assert record["speech_language"] == "zh" and record["transcript"]
 
 
-def test_score_cli_on_a_belle_style_folder_text_only(tmp_path):
+def _belle_style_folder(tmp_path: Path) -> Path:
+    """A two-item BELLE-eval-S2S folder as distributed (test.tsv + wav/)."""
     import numpy as np
 
     from cs3_tasks import audio
-    from cs3_tasks.conversation import add_arguments, run
 
     folder = tmp_path / "belle"
     (folder / "wav").mkdir(parents=True)
     (folder / "test.tsv").write_text("id\ttext\n0\t你好吗？\n1\t今天天气怎么样？\n", encoding="utf-8")
     for qid in ("0", "1"):
         audio.write_wav(folder / "wav" / f"{qid}.wav", np.zeros(1600, dtype=np.float32))
+    return folder
+
+
+def test_score_cli_on_a_belle_style_folder_text_only(tmp_path):
+    from cs3_tasks.conversation import add_arguments, run
+
+    folder = _belle_style_folder(tmp_path)
     outputs = tmp_path / "outputs"
     outputs.mkdir()
     (outputs / f"{SET}.jsonl").write_text(
@@ -269,3 +287,43 @@ def test_score_cli_on_a_belle_style_folder_text_only(tmp_path):
     assert summary["text"]["off_target"]["value"] == 0.5 and summary["speech"] is None
     assert len((out / f"{SET}.records.jsonl").read_text(encoding="utf-8").splitlines()) == 2
     assert "| T |" in (out / f"{SET}.summary.md").read_text(encoding="utf-8")
+
+
+def test_score_conversation_cli_resumes_and_refuses_other_settings(tmp_path, monkeypatch, capsys):
+    """score-conversation is resumable like score: a re-run scores only what is missing or changed."""
+    import argparse
+
+    from cs3_tasks.conversation import add_arguments, run
+
+    folder = _belle_style_folder(tmp_path)
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    rows = [{"Qid": "0", "text": "I am fine.", "audio": None}, {"Qid": "1", "text": "Sunny.", "audio": None}]
+    (outputs / f"{SET}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    out = tmp_path / "result"
+
+    def args(*extra: str) -> argparse.Namespace:
+        parser = argparse.ArgumentParser()
+        add_arguments(parser)
+        base = ["--outputs", str(outputs), "--dataset", str(folder), "--out", str(out), "--no-progress"]
+        return parser.parse_args([*base, *extra])
+
+    assert run(args("--no-judge")) == 0
+    scored: list[list[str]] = []
+    real = conversation.score_conversation
+
+    def counting(set_name, docs, *a, **k):
+        scored.append([d["id"] for d in docs])
+        return real(set_name, docs, *a, **k)
+
+    monkeypatch.setattr(conversation, "score_conversation", counting)
+    assert run(args("--no-judge")) == 0 and scored == []  # nothing to redo
+    rows[1]["text"] = "It is sunny today."
+    (outputs / f"{SET}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert run(args("--no-judge")) == 0 and scored == [["1"]]  # the changed output only
+    records = [json.loads(line) for line in (out / f"{SET}.records.jsonl").read_text().splitlines()]
+    assert [r["qid"] for r in records] == ["0", "1"] and records[1]["text"] == "It is sunny today."
+    capsys.readouterr()
+    assert run(args("--judge-base-url", "http://127.0.0.1:9/v1", "--judge-api-key-env", "")) == 2
+    assert "--restart" in capsys.readouterr().err
+    assert run(args("--no-judge", "--outputs", str(tmp_path / "nowhere"))) == 2

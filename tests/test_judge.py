@@ -7,6 +7,7 @@ import time
 from importlib import resources
 
 import pytest
+from judge_server import FakeJudgeServer, Reply, by_keyword, fail_first, loopback_config
 
 from cs3_tasks.judge import (
     ConversationItem,
@@ -27,28 +28,6 @@ from cs3_tasks.judge import (
     parse_score,
     render_prompt,
 )
-
-try:  # tests/ is on sys.path under pytest's default import mode; tests.* when tests/ is a package
-    from judge_server import FakeJudgeServer, Reply, by_keyword, fail_first
-except ImportError:  # pragma: no cover
-    from tests.judge_server import FakeJudgeServer, Reply, by_keyword, fail_first
-
-
-def make_config(server: FakeJudgeServer, tmp_path, **overrides) -> JudgeConfig:
-    settings = {
-        "base_url": server.base_url,
-        "model": "fake-judge",
-        "api_key_env": "",
-        "cache_path": tmp_path / "judge.sqlite",
-        "timeout": 2.0,
-        "max_retries": 2,
-        "backoff_initial": 0.01,
-        "backoff_max": 0.05,
-        "max_concurrency": 4,
-    }
-    settings.update(overrides)
-    return JudgeConfig(**settings)
-
 
 KNOWLEDGE = [
     KnowledgeItem(
@@ -197,26 +176,25 @@ def test_render_prompt_drops_missing_optional_lines_and_never_retemplates():
 # ------------------------------------------------------------------------------------------- judging
 
 
-def test_judge_knowledge_zh_end_to_end(tmp_path):
-    with FakeJudgeServer(by_keyword(ZH_RULES, default="无法判断")) as server:
-        verdicts = judge_knowledge(KNOWLEDGE, make_config(server, tmp_path), language="zh")
-        assert [v.value for v in verdicts] == [True, False, True]
-        assert all(v.error is None for v in verdicts)
-        assert verdicts[1].raw == ZH_RULES["纽约"]
-        assert server.request_count == 3
-        body = server.requests[0].body
-        assert body["model"] == "fake-judge" and body["temperature"] == 0.0
-        assert len(body["messages"]) == 1 and body["messages"][0]["role"] == "user"
-        prompts = sorted(r.prompt for r in server.requests)
-        assert any(
-            "中文答案：盐湖城" in p and "英文答案：Salt Lake City" in p and "我觉得是纽约" in p
-            for p in prompts
-        )
-        assert server.requests[0].path == "/v1/chat/completions"
-        assert "Authorization" not in server.requests[0].headers  # local server, no key configured
+def test_judge_knowledge_zh_end_to_end(tmp_path, judge_server):
+    server = judge_server(by_keyword(ZH_RULES, default="无法判断"))
+    verdicts = judge_knowledge(KNOWLEDGE, loopback_config(server, tmp_path), language="zh")
+    assert [v.value for v in verdicts] == [True, False, True]
+    assert all(v.error is None for v in verdicts)
+    assert verdicts[1].raw == ZH_RULES["纽约"]
+    assert server.request_count == 3
+    body = server.requests[0].body
+    assert body["model"] == "fake-judge" and body["temperature"] == 0.0
+    assert len(body["messages"]) == 1 and body["messages"][0]["role"] == "user"
+    prompts = sorted(r.prompt for r in server.requests)
+    assert any(
+        "中文答案：盐湖城" in p and "英文答案：Salt Lake City" in p and "我觉得是纽约" in p for p in prompts
+    )
+    assert server.requests[0].path == "/v1/chat/completions"
+    assert "Authorization" not in server.requests[0].headers  # local server, no key configured
 
 
-def test_judge_knowledge_en(tmp_path):
+def test_judge_knowledge_en(tmp_path, judge_server):
     items = [
         KnowledgeItem("Who wrote Hamlet?", "William Shakespeare", "Shakespeare wrote it."),
         KnowledgeItem("Who wrote Hamlet?", "William Shakespeare", "Charles Dickens."),
@@ -225,13 +203,13 @@ def test_judge_knowledge_en(tmp_path):
         "Shakespeare wrote it": "True The response names the same person.",
         "Dickens": "False. Dickens did not write Hamlet.",
     }
-    with FakeJudgeServer(by_keyword(rules, default="?")) as server:
-        verdicts = judge_knowledge(items, make_config(server, tmp_path), language="en")
-        assert [v.value for v in verdicts] == [True, False]
-        assert "Answer: William Shakespeare" in server.requests[0].prompt
+    server = judge_server(by_keyword(rules, default="?"))
+    verdicts = judge_knowledge(items, loopback_config(server, tmp_path), language="en")
+    assert [v.value for v in verdicts] == [True, False]
+    assert "Answer: William Shakespeare" in server.requests[0].prompt
 
 
-def test_judge_open_ended_scores(tmp_path):
+def test_judge_open_ended_scores(tmp_path, judge_server):
     items = [
         OpenEndedItem(
             "请解释self-attention的作用。", "动态计算相关性。", "self-attention让模型关注重要的词。"
@@ -249,19 +227,19 @@ def test_judge_open_ended_scores(tmp_path):
                 return sub(request)
         return "no rubric recognised"
 
-    with FakeJudgeServer(handler) as server:
-        config = make_config(server, tmp_path)
-        relevance = judge_open_ended(items, config, aspect="relevance")
-        semantic = judge_open_ended(items, config, aspect="semantic")
-        assert [v.value for v in relevance] == [5, 1]
-        assert [v.value for v in semantic] == [4, 2]
-        no_reference = [r.prompt for r in server.requests if "今天天气很好" in r.prompt]
-        assert no_reference and all("参考回答：" not in p for p in no_reference)
-        with pytest.raises(ValueError, match="aspect"):
-            judge_open_ended(items, config, aspect="fluency")
+    server = judge_server(handler)
+    config = loopback_config(server, tmp_path)
+    relevance = judge_open_ended(items, config, aspect="relevance")
+    semantic = judge_open_ended(items, config, aspect="semantic")
+    assert [v.value for v in relevance] == [5, 1]
+    assert [v.value for v in semantic] == [4, 2]
+    no_reference = [r.prompt for r in server.requests if "今天天气很好" in r.prompt]
+    assert no_reference and all("参考回答：" not in p for p in no_reference)
+    with pytest.raises(ValueError, match="aspect"):
+        judge_open_ended(items, config, aspect="fluency")
 
 
-def test_judge_conversation_scores(tmp_path):
+def test_judge_conversation_scores(tmp_path, judge_server):
     items = [
         ConversationItem("怎样才能保持健康？", "Eat well, sleep enough and exercise regularly."),
         ConversationItem("怎样才能保持健康？", "I do not know."),
@@ -270,35 +248,35 @@ def test_judge_conversation_scores(tmp_path):
         "exercise regularly": "Helpful and correct. Score: [5]",
         "I do not know": "Not helpful. Score: [1]",
     }
-    with FakeJudgeServer(by_keyword(rules, default="?")) as server:
-        verdicts = judge_conversation(items, make_config(server, tmp_path))
-        assert [v.value for v in verdicts] == [5, 1]
-        assert "answer in English" in server.requests[0].prompt
+    server = judge_server(by_keyword(rules, default="?"))
+    verdicts = judge_conversation(items, loopback_config(server, tmp_path))
+    assert [v.value for v in verdicts] == [5, 1]
+    assert "answer in English" in server.requests[0].prompt
 
 
 # ------------------------------------------------------------------------------------------- failures
 
 
-def test_timeout_gives_judge_error_quickly(tmp_path):
-    with FakeJudgeServer("正确 一致", mode="timeout", delay=5.0) as server:
-        config = make_config(server, tmp_path, timeout=0.3, max_retries=1)
-        start = time.monotonic()
-        verdicts = judge_knowledge(KNOWLEDGE, config)
-        elapsed = time.monotonic() - start
-        assert all(v.value is None for v in verdicts)
-        assert all(v.error.startswith("judge_error: timeout") and "2 attempts" in v.error for v in verdicts)
-        assert server.request_count == 3 * 2  # one retry per item
-        assert elapsed < 3.0
-        # nothing is cached: with the server answering, a re-run asks again and succeeds
-        server.mode = None
-        assert [v.value for v in judge_knowledge(KNOWLEDGE, config)] == [True, True, True]
+def test_timeout_gives_judge_error_quickly(tmp_path, judge_server):
+    server = judge_server("正确 一致", mode="timeout", delay=5.0)
+    config = loopback_config(server, tmp_path, timeout=0.3, max_retries=1)
+    start = time.monotonic()
+    verdicts = judge_knowledge(KNOWLEDGE, config)
+    elapsed = time.monotonic() - start
+    assert all(v.value is None for v in verdicts)
+    assert all(v.error.startswith("judge_error: timeout") and "2 attempts" in v.error for v in verdicts)
+    assert server.request_count == 3 * 2  # one retry per item
+    assert elapsed < 3.0
+    # nothing is cached: with the server answering, a re-run asks again and succeeds
+    server.mode = None
+    assert [v.value for v in judge_knowledge(KNOWLEDGE, config)] == [True, True, True]
 
 
-def test_500s_then_success_is_retried(tmp_path):
-    with FakeJudgeServer(fail_first(2, "错误 不一致")) as server:
-        [verdict] = judge_knowledge(KNOWLEDGE[:1], make_config(server, tmp_path, max_retries=3))
-        assert verdict == Verdict(value=False, raw="错误 不一致", error=None)
-        assert server.request_count == 3
+def test_500s_then_success_is_retried(tmp_path, judge_server):
+    server = judge_server(fail_first(2, "错误 不一致"))
+    [verdict] = judge_knowledge(KNOWLEDGE[:1], loopback_config(server, tmp_path, max_retries=3))
+    assert verdict == Verdict(value=False, raw="错误 不一致", error=None)
+    assert server.request_count == 3
 
 
 def test_429_with_retry_after_is_retried(tmp_path):
@@ -306,62 +284,62 @@ def test_429_with_retry_after_is_retried(tmp_path):
         fail_first(1, "得分：[3]", Reply.error(429, "rate limited", retry_after=0.01))
     ) as server:
         [verdict] = judge_open_ended(
-            [OpenEndedItem("q", "r", "a")], make_config(server, tmp_path), aspect="relevance"
+            [OpenEndedItem("q", "r", "a")], loopback_config(server, tmp_path), aspect="relevance"
         )
         assert verdict.value == 3 and server.request_count == 2
 
 
-def test_permanent_500_is_judge_error(tmp_path):
-    with FakeJudgeServer(mode="http500") as server:
-        verdicts = judge_knowledge(KNOWLEDGE, make_config(server, tmp_path, max_retries=2))
-        assert all(v.value is None and v.error.startswith("judge_error: HTTP 500") for v in verdicts)
-        assert server.request_count == 3 * 3
+def test_permanent_500_is_judge_error(tmp_path, judge_server):
+    server = judge_server(mode="http500")
+    verdicts = judge_knowledge(KNOWLEDGE, loopback_config(server, tmp_path, max_retries=2))
+    assert all(v.value is None and v.error.startswith("judge_error: HTTP 500") for v in verdicts)
+    assert server.request_count == 3 * 3
 
 
-def test_client_error_is_not_retried(tmp_path):
-    with FakeJudgeServer(Reply.error(404, "model not found")) as server:
-        [verdict] = judge_knowledge(KNOWLEDGE[:1], make_config(server, tmp_path))
-        assert verdict.value is None and "HTTP 404" in verdict.error and "model not found" in verdict.error
-        assert server.request_count == 1
+def test_client_error_is_not_retried(tmp_path, judge_server):
+    server = judge_server(Reply.error(404, "model not found"))
+    [verdict] = judge_knowledge(KNOWLEDGE[:1], loopback_config(server, tmp_path))
+    assert verdict.value is None and "HTTP 404" in verdict.error and "model not found" in verdict.error
+    assert server.request_count == 1
 
 
-def test_garbage_body_is_judge_error(tmp_path):
-    with FakeJudgeServer(mode="garbage") as server:
-        [verdict] = judge_knowledge(KNOWLEDGE[:1], make_config(server, tmp_path, max_retries=1))
-        assert verdict.value is None and verdict.error.startswith("judge_error: malformed response body")
-        assert server.request_count == 2
+def test_garbage_body_is_judge_error(tmp_path, judge_server):
+    server = judge_server(mode="garbage")
+    [verdict] = judge_knowledge(KNOWLEDGE[:1], loopback_config(server, tmp_path, max_retries=1))
+    assert verdict.value is None and verdict.error.startswith("judge_error: malformed response body")
+    assert server.request_count == 2
 
 
-def test_unparseable_reply_is_reasked_then_judge_error(tmp_path):
-    with FakeJudgeServer("我认为模型说得有道理。") as server:
-        [knowledge] = judge_knowledge(KNOWLEDGE[:1], make_config(server, tmp_path, max_retries=2))
-        assert knowledge.value is None and knowledge.error.startswith("judge_error: unparseable reply")
-        assert knowledge.raw == "我认为模型说得有道理。"  # the judge's reply is kept for auditing
-        assert server.request_count == 3
-        [score] = judge_open_ended(
-            [OpenEndedItem("q", "r", "a")], make_config(server, tmp_path, max_retries=0), aspect="semantic"
-        )
-        assert score.value is None and "no [n] score" in score.error
+def test_unparseable_reply_is_reasked_then_judge_error(tmp_path, judge_server):
+    server = judge_server("我认为模型说得有道理。")
+    [knowledge] = judge_knowledge(KNOWLEDGE[:1], loopback_config(server, tmp_path, max_retries=2))
+    assert knowledge.value is None and knowledge.error.startswith("judge_error: unparseable reply")
+    assert knowledge.raw == "我认为模型说得有道理。"  # the judge's reply is kept for auditing
+    assert server.request_count == 3
+    [score] = judge_open_ended(
+        [OpenEndedItem("q", "r", "a")], loopback_config(server, tmp_path, max_retries=0), aspect="semantic"
+    )
+    assert score.value is None and "no [n] score" in score.error
 
 
-def test_unparseable_then_parseable_is_accepted(tmp_path):
+def test_unparseable_then_parseable_is_accepted(tmp_path, judge_server):
     replies = iter(["正确/错误 [解释]", "正确 一致"])
-    with FakeJudgeServer(lambda request: next(replies)) as server:
-        [verdict] = judge_knowledge(KNOWLEDGE[:1], make_config(server, tmp_path))
-        assert verdict.value is True and server.request_count == 2
+    server = judge_server(lambda request: next(replies))
+    [verdict] = judge_knowledge(KNOWLEDGE[:1], loopback_config(server, tmp_path))
+    assert verdict.value is True and server.request_count == 2
 
 
-def test_one_failing_item_does_not_stop_the_others(tmp_path):
+def test_one_failing_item_does_not_stop_the_others(tmp_path, judge_server):
     rules = {**ZH_RULES, "纽约": Reply.error(500)}
-    with FakeJudgeServer(by_keyword(rules, default="?")) as server:
-        verdicts = judge_knowledge(KNOWLEDGE, make_config(server, tmp_path, max_retries=1))
-        assert [v.value for v in verdicts] == [True, None, True]
-        assert verdicts[1].error.startswith("judge_error: HTTP 500")
+    server = judge_server(by_keyword(rules, default="?"))
+    verdicts = judge_knowledge(KNOWLEDGE, loopback_config(server, tmp_path, max_retries=1))
+    assert [v.value for v in verdicts] == [True, None, True]
+    assert verdicts[1].error.startswith("judge_error: HTTP 500")
 
 
 def test_connection_refused_is_judge_error(tmp_path):
     server = FakeJudgeServer("正确").start()
-    config = make_config(server, tmp_path, max_retries=1)
+    config = loopback_config(server, tmp_path, max_retries=1)
     server.stop()  # nothing listens on that port any more
     [verdict] = judge_knowledge(KNOWLEDGE[:1], config)
     assert verdict.value is None and verdict.error.startswith("judge_error: connection error")
@@ -370,83 +348,83 @@ def test_connection_refused_is_judge_error(tmp_path):
 # ------------------------------------------------------------------------------------------- cache
 
 
-def test_cache_second_run_makes_no_request(tmp_path):
-    with FakeJudgeServer(by_keyword(ZH_RULES, default="?")) as server:
-        config = make_config(server, tmp_path)
-        first = judge_knowledge(KNOWLEDGE, config)
-        assert server.request_count == 3
-        server.reset()
-        second = judge_knowledge(KNOWLEDGE, config)
-        assert server.request_count == 0
-        assert second == first
-        # a different model (or temperature) is a different question
-        judge_knowledge(KNOWLEDGE, make_config(server, tmp_path, model="other-judge"))
-        assert server.request_count == 3
+def test_cache_second_run_makes_no_request(tmp_path, judge_server):
+    server = judge_server(by_keyword(ZH_RULES, default="?"))
+    config = loopback_config(server, tmp_path)
+    first = judge_knowledge(KNOWLEDGE, config)
+    assert server.request_count == 3
+    server.reset()
+    second = judge_knowledge(KNOWLEDGE, config)
+    assert server.request_count == 0
+    assert second == first
+    # a different model (or temperature) is a different question
+    judge_knowledge(KNOWLEDGE, loopback_config(server, tmp_path, model="other-judge"))
+    assert server.request_count == 3
 
 
-def test_only_successful_verdicts_are_cached(tmp_path):
+def test_only_successful_verdicts_are_cached(tmp_path, judge_server):
     rules = {**ZH_RULES, "纽约": Reply.error(500)}
-    with FakeJudgeServer(by_keyword(rules, default="?")) as server:
-        config = make_config(server, tmp_path, max_retries=0)
-        judge_knowledge(KNOWLEDGE, config)
-        server.reset()
-        server.handler = by_keyword(ZH_RULES, default="?")
-        verdicts = judge_knowledge(KNOWLEDGE, config)
-        assert server.request_count == 1 and "纽约" in server.requests[0].prompt
-        assert [v.value for v in verdicts] == [True, False, True]
+    server = judge_server(by_keyword(rules, default="?"))
+    config = loopback_config(server, tmp_path, max_retries=0)
+    judge_knowledge(KNOWLEDGE, config)
+    server.reset()
+    server.handler = by_keyword(ZH_RULES, default="?")
+    verdicts = judge_knowledge(KNOWLEDGE, config)
+    assert server.request_count == 1 and "纽约" in server.requests[0].prompt
+    assert [v.value for v in verdicts] == [True, False, True]
 
 
-def test_failed_requests_are_not_cached_even_for_lenient_parsers(tmp_path):
-    with FakeJudgeServer(mode="http500") as server:
-        config = make_config(server, tmp_path, max_retries=0)
-        assert ask_batch(["hello"], str, config)[0].error.startswith("judge_error: HTTP 500")
-        server.mode = None
-        server.handler = lambda request: "fine"
-        assert ask_batch(["hello"], str, config)[0] == Verdict(value="fine", raw="fine")
-        assert server.request_count == 2
+def test_failed_requests_are_not_cached_even_for_lenient_parsers(tmp_path, judge_server):
+    server = judge_server(mode="http500")
+    config = loopback_config(server, tmp_path, max_retries=0)
+    assert ask_batch(["hello"], str, config)[0].error.startswith("judge_error: HTTP 500")
+    server.mode = None
+    server.handler = lambda request: "fine"
+    assert ask_batch(["hello"], str, config)[0] == Verdict(value="fine", raw="fine")
+    assert server.request_count == 2
 
 
-def test_duplicate_prompts_are_asked_once(tmp_path):
-    with FakeJudgeServer(by_keyword(ZH_RULES, default="?")) as server:
-        verdicts = judge_knowledge([KNOWLEDGE[0]] * 5, make_config(server, tmp_path, use_cache=False))
-        assert [v.value for v in verdicts] == [True] * 5 and server.request_count == 1
+def test_duplicate_prompts_are_asked_once(tmp_path, judge_server):
+    server = judge_server(by_keyword(ZH_RULES, default="?"))
+    verdicts = judge_knowledge([KNOWLEDGE[0]] * 5, loopback_config(server, tmp_path, use_cache=False))
+    assert [v.value for v in verdicts] == [True] * 5 and server.request_count == 1
 
 
-def test_cached_replies_are_reparsed(tmp_path):
+def test_cached_replies_are_reparsed(tmp_path, judge_server):
     def strict(raw: str) -> int:
         raise UnparseableReply("never satisfied")
 
-    with FakeJudgeServer("whatever") as server:
-        config = make_config(server, tmp_path, max_retries=0)
-        assert ask_batch(["hello"], str.upper, config)[0].value == "WHATEVER"
-        assert ask_batch(["hello"], str.upper, config)[0].value == "WHATEVER"
-        assert server.request_count == 1
-        # a stricter parser does not trust the cached reply: it asks again (and fails visibly)
-        assert ask_batch(["hello"], strict, config)[0].error == (
-            "judge_error: unparseable reply: never satisfied (after 1 attempt)"
-        )
-        assert server.request_count == 2
+    server = judge_server("whatever")
+    config = loopback_config(server, tmp_path, max_retries=0)
+    assert ask_batch(["hello"], str.upper, config)[0].value == "WHATEVER"
+    assert ask_batch(["hello"], str.upper, config)[0].value == "WHATEVER"
+    assert server.request_count == 1
+    # a stricter parser does not trust the cached reply: it asks again (and fails visibly)
+    assert ask_batch(["hello"], strict, config)[0].error == (
+        "judge_error: unparseable reply: never satisfied (after 1 attempt)"
+    )
+    assert server.request_count == 2
 
 
-def test_ask_batch_accepts_message_lists(tmp_path):
+def test_ask_batch_accepts_message_lists(tmp_path, judge_server):
     messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hi"}]
-    with FakeJudgeServer("ok") as server:
-        [verdict] = ask_batch([messages], str, make_config(server, tmp_path))
-        assert verdict.value == "ok" and server.requests[0].messages == messages
+    server = judge_server("ok")
+    [verdict] = ask_batch([messages], str, loopback_config(server, tmp_path))
+    assert verdict.value == "ok" and server.requests[0].messages == messages
 
 
 # ------------------------------------------------------------------------------------------- concurrency
 
 
-def test_requests_in_flight_are_bounded(tmp_path):
+def test_requests_in_flight_are_bounded(tmp_path, judge_server):
     items = [OpenEndedItem(f"问题{i}", None, f"回答{i}") for i in range(12)]
-    with FakeJudgeServer(Reply.sleep(0.15, "得分：[4]")) as server:
-        verdicts = judge_open_ended(
-            items, make_config(server, tmp_path, max_concurrency=3), aspect="relevance"
-        )
-        assert [v.value for v in verdicts] == [4] * 12
-        assert server.request_count == 12
-        assert server.max_in_flight == 3  # parallel, and never more than the bound
+    server = judge_server(Reply.sleep(0.15, "得分：[4]"))
+    verdicts = judge_open_ended(
+        items, loopback_config(server, tmp_path, max_concurrency=3), aspect="relevance"
+    )
+    assert [v.value for v in verdicts] == [4] * 12
+    assert server.request_count == 12
+    assert server.max_in_flight == 3  # parallel, and never more than the bound
 
 
 # ------------------------------------------------------------------------------------------- configuration
@@ -466,11 +444,11 @@ def test_missing_api_key_fails_before_any_request(tmp_path, monkeypatch):
     assert judge_knowledge([], config) == []  # nothing to judge, nothing to check
 
 
-def test_api_key_is_sent_as_bearer_token(tmp_path, monkeypatch):
+def test_api_key_is_sent_as_bearer_token(tmp_path, monkeypatch, judge_server):
     monkeypatch.setenv("CS3_TEST_JUDGE_KEY", "sk-test-123")
-    with FakeJudgeServer("正确 一致") as server:
-        judge_knowledge(KNOWLEDGE[:1], make_config(server, tmp_path, api_key_env="CS3_TEST_JUDGE_KEY"))
-        assert server.requests[0].headers["Authorization"] == "Bearer sk-test-123"
+    server = judge_server("正确 一致")
+    judge_knowledge(KNOWLEDGE[:1], loopback_config(server, tmp_path, api_key_env="CS3_TEST_JUDGE_KEY"))
+    assert server.requests[0].headers["Authorization"] == "Bearer sk-test-123"
 
 
 def test_from_env_precedence(monkeypatch):
@@ -535,8 +513,8 @@ def test_cli_helpers(monkeypatch, tmp_path):
     assert judge_config_from_args(parser.parse_args(["--judge-preset", "gpt-4o-mini"])).model == "gpt-4o-mini"
 
 
-def test_bad_item_names_its_qid(tmp_path):
-    with FakeJudgeServer("正确") as server:
-        with pytest.raises(TypeError, match="q9"):
-            judge_knowledge([KnowledgeItem("q", "a", None, qid="q9")], make_config(server, tmp_path))
-        assert server.request_count == 0
+def test_bad_item_names_its_qid(tmp_path, judge_server):
+    server = judge_server("正确")
+    with pytest.raises(TypeError, match="q9"):
+        judge_knowledge([KnowledgeItem("q", "a", None, qid="q9")], loopback_config(server, tmp_path))
+    assert server.request_count == 0

@@ -1,4 +1,4 @@
-"""Tests of cs3_tasks.languages (the language-pair configuration) and of the pair-aware text/metrics functions."""
+"""Tests of cs3_tasks.languages (the language-pair configuration) and pair-aware text/metrics functions."""
 
 from __future__ import annotations
 

@@ -28,7 +28,9 @@ LM_EVAL = shutil.which("lm_eval")
 STRONG = evaluate.DEMO_RESPONSES / "demo-strong"
 pytestmark = [
     pytest.mark.skipif(LM_EVAL is None, reason="the lm_eval command is not on PATH"),
-    pytest.mark.skipif(not (data.demo_dataset_dir() / "README.md").is_file(), reason="demo dataset not built"),
+    pytest.mark.skipif(
+        not (data.demo_dataset_dir() / "README.md").is_file(), reason="demo dataset not built"
+    ),
     pytest.mark.skipif(not (STRONG / "knowledge.jsonl").is_file(), reason="demo responses not generated"),
 ]
 
@@ -42,16 +44,18 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(args, cwd=cwd, env=_env(**env), capture_output=True, text=True, timeout=900,
-                          check=False)
+    return subprocess.run(
+        args, cwd=cwd, env=_env(**env), capture_output=True, text=True, timeout=900, check=False
+    )
 
 
 def _hook_installed() -> bool:
     return (Path(sysconfig.get_paths()["purelib"]) / lm_eval_hook.PTH_NAME).is_file()
 
 
-needs_hook = pytest.mark.skipif(not _hook_installed(),
-                                reason="cs3_bench_lm_eval.pth not installed: run `pip install -e .`")
+needs_hook = pytest.mark.skipif(
+    not _hook_installed(), reason="cs3_bench_lm_eval.pth not installed: run `pip install -e .`"
+)
 
 
 @needs_hook
@@ -77,9 +81,28 @@ def test_ls_tasks_shows_cs3_and_switch_turns_hook_off(tmp_path):
 
 
 def _lm_eval_run(tmp_path: Path, cache: Path, out: Path) -> subprocess.CompletedProcess:
-    return _run([LM_EVAL, "run", "--model", "cs3-precomputed", "--model_args", f"outputs={STRONG}",
-                 "--tasks", "cs3_knowledge", "--limit", "3", "--metadata", json.dumps({"dataset": "demo"}),
-                 "--use_cache", str(cache), "--log_samples", "--output_path", str(out)], tmp_path)
+    return _run(
+        [
+            LM_EVAL,
+            "run",
+            "--model",
+            "cs3-precomputed",
+            "--model_args",
+            f"outputs={STRONG}",
+            "--tasks",
+            "cs3_knowledge",
+            "--limit",
+            "3",
+            "--metadata",
+            json.dumps({"dataset": "demo"}),
+            "--use_cache",
+            str(cache),
+            "--log_samples",
+            "--output_path",
+            str(out),
+        ],
+        tmp_path,
+    )
 
 
 @needs_hook
@@ -89,7 +112,9 @@ def test_lm_eval_run_use_cache_and_log_samples(tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     log = first.stdout + first.stderr
     assert "Cached requests: 0, Requests remaining: 3" in log
-    assert re.search(r"\|\s*cs3_knowledge\s*\|", log) and re.search(r"\|acc_text\s*\|", log)  # lm-eval's table
+    assert re.search(r"\|\s*cs3_knowledge\s*\|", log) and re.search(
+        r"\|acc_text\s*\|", log
+    )  # lm-eval's table
     second = _lm_eval_run(tmp_path, cache, tmp_path / "out2")
     assert second.returncode == 0, second.stderr[-3000:]
     assert "Cached requests: 3, Requests remaining: 0" in second.stdout + second.stderr
@@ -111,10 +136,26 @@ def test_lm_eval_run_use_cache_and_log_samples(tmp_path):
 
 def test_cs3_bench_eval_works_with_the_hook_off(tmp_path):
     """`cs3-bench eval` passes our include path and registers our models itself."""
-    result = _run([sys.executable, "-m", "cs3_tasks.cli", "eval", "--model", "cs3-precomputed",
-                   "--model_args", f"outputs={STRONG},text_only=true", "--tasks", "cs3_knowledge_text",
-                   "--limit", "5", "--metadata", json.dumps({"dataset": "demo"})],
-                  tmp_path, **{lm_eval_hook.DISABLE_ENV: "1"})
+    result = _run(
+        [
+            sys.executable,
+            "-m",
+            "cs3_tasks.cli",
+            "eval",
+            "--model",
+            "cs3-precomputed",
+            "--model_args",
+            f"outputs={STRONG},text_only=true",
+            "--tasks",
+            "cs3_knowledge_text",
+            "--limit",
+            "5",
+            "--metadata",
+            json.dumps({"dataset": "demo"}),
+        ],
+        tmp_path,
+        **{lm_eval_hook.DISABLE_ENV: "1"},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     row = re.search(r"\|\s*cs3_knowledge_text\s*\|.*?\|acc_text\s*\|.\s*\|\s*([0-9.]+)", result.stdout)
     assert row and float(row.group(1)) == pytest.approx(0.8)  # demo-strong misses item 5 of 5
@@ -136,12 +177,41 @@ def test_unknown_module_breaks_only_its_own_model_name(monkeypatch):
 def test_wheel_ships_the_pth(tmp_path):
     """`pip install .` path: the built wheel carries cs3_bench_lm_eval.pth at its root."""
     source = tmp_path / "src"
-    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
-        ".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".ruff_cache", ".hypothesis",
-        "tests", "responses", "dataset"))
-    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                             "-w", str(tmp_path / "wheels"), str(source)], capture_output=True, text=True,
-                            timeout=600, check=False)
+    shutil.copytree(
+        REPO,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git",
+            "build",
+            "dist",
+            "*.egg-info",
+            "__pycache__",
+            ".pytest_cache",
+            ".ruff_cache",
+            ".hypothesis",
+            "tests",
+            "responses",
+            "dataset",
+        ),
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "wheels"),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     wheel = next((tmp_path / "wheels").glob("cs3_bench-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
@@ -156,9 +226,11 @@ def test_wheel_ships_the_pth(tmp_path):
 @needs_hook
 def test_hook_resolves_every_cs3_model_name(tmp_path):
     """A plain `import lm_eval` process (no import of cs3_tasks) resolves all our --model names."""
-    code = ("import json, sys; from lm_eval.api.registry import get_model; "
-            f"names = {sorted(lm_eval_hook.MODEL_MODULES)!r}; "
-            "print(json.dumps({n: get_model(n).__module__ for n in names}))")
+    code = (
+        "import json, sys; from lm_eval.api.registry import get_model; "
+        f"names = {sorted(lm_eval_hook.MODEL_MODULES)!r}; "
+        "print(json.dumps({n: get_model(n).__module__ for n in names}))"
+    )
     result = _run([sys.executable, "-c", code], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     modules = json.loads(result.stdout.strip().splitlines()[-1])
@@ -168,7 +240,9 @@ def test_hook_resolves_every_cs3_model_name(tmp_path):
 def test_cs3_bench_demo_small(tmp_path):
     """The main job end to end (2 items per task, both demo systems): tables, records, figure."""
     out = tmp_path / "demo"
-    result = _run([sys.executable, "-m", "cs3_tasks.cli", "demo", "--out", str(out), "--limit", "2"], tmp_path)
+    result = _run(
+        [sys.executable, "-m", "cs3_tasks.cli", "demo", "--out", str(out), "--limit", "2"], tmp_path
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "code-switched vs English" in result.stdout and "=== leaderboard ===" in result.stdout
     assert re.search(r"\|[\s-]*cs3_knowledge_en\s*\|", result.stdout)  # lm-eval's own table
@@ -176,6 +250,7 @@ def test_cs3_bench_demo_small(tmp_path):
         for set_name in data.SETS:
             summary = json.loads((out / system / f"{set_name}.summary.json").read_text(encoding="utf-8"))
             assert summary["model"] == system and summary["n_items"] == 2
+            assert summary["protocol"] == "reference"  # the default, keyword stage without scripts
         records = (out / system / "knowledge.records.jsonl").read_text(encoding="utf-8").splitlines()
         assert all(json.loads(r)["transcript"] is not None for r in records)
         assert "cs_vs_en" in json.loads((out / system / "knowledge.summary.json").read_text(encoding="utf-8"))

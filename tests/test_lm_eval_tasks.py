@@ -11,14 +11,21 @@ import math
 from pathlib import Path
 
 import pytest
-
-lm_eval = pytest.importorskip("lm_eval")
+from cs3_tasks.task_configs.run import LmEvalRun
 
 from cs3_tasks import data, evaluate, lm_eval_hook
 from cs3_tasks.speech import encode_response
 
-TASKS = ("cs3_knowledge", "cs3_knowledge_en", "cs3_open_ended",
-         "cs3_knowledge_text", "cs3_knowledge_en_text", "cs3_open_ended_text")
+lm_eval = pytest.importorskip("lm_eval")
+
+TASKS = (
+    "cs3_knowledge",
+    "cs3_knowledge_en",
+    "cs3_open_ended",
+    "cs3_knowledge_text",
+    "cs3_knowledge_en_text",
+    "cs3_open_ended_text",
+)
 DEMO_READY = (data.demo_dataset_dir() / "README.md").is_file()
 needs_demo = pytest.mark.skipif(not DEMO_READY, reason="embedded demo dataset not built")
 
@@ -92,14 +99,12 @@ def test_doc_to_audio_is_hashable_by_the_request_cache(utils):
 def test_judge_joins_only_when_configured(utils, monkeypatch):
     for var in ("CS3_JUDGE_MODEL", "CS3_JUDGE_BASE_URL"):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(utils, "_SETTINGS", {})
-    assert utils.judge_config() is None
+    assert utils.judge_config({}) is None
     monkeypatch.setenv("CS3_JUDGE_BASE_URL", "http://127.0.0.1:9/v1")
     monkeypatch.setenv("CS3_JUDGE_MODEL", "local-judge")
-    config = utils.judge_config()
+    config = utils.judge_config({})
     assert config is not None and config.model == "local-judge"
-    monkeypatch.setattr(utils, "_SETTINGS", {"judge": "none"})
-    assert utils.judge_config() is None
+    assert utils.judge_config({"judge": "none"}) is None
 
 
 def _docs(set_name: str) -> list[dict]:
@@ -109,9 +114,9 @@ def _docs(set_name: str) -> list[dict]:
 @needs_demo
 def test_filter_records_and_metrics_equal_scoring_summaries(utils, monkeypatch):
     """lm-eval's numbers are cs3_tasks.scoring's: same records, same summarize()."""
-    from cs3_tasks import scoring
+    from cs3_tasks import summary
 
-    monkeypatch.setattr(utils, "_SETTINGS", {"judge": "none"})
+    monkeypatch.setattr(utils, "RUN", LmEvalRun({"judge": "none"}))
     docs = _docs("knowledge")
     # right answer (Chinese keyword) for even items, a wrong one for odd items; text only
     resps = [[encode_response(d["Answer_zh"] if i % 2 == 0 else "不知道", None)] for i, d in enumerate(docs)]
@@ -120,11 +125,12 @@ def test_filter_records_and_metrics_equal_scoring_summaries(utils, monkeypatch):
     assert [r["qid"] for r in records] == [d["Qid"] for d in docs]
     per_doc = [utils.process_results(d, [f]) for d, f in zip(docs, filtered)]
     assert set(per_doc[0]) == set(utils.metric_names("knowledge"))
-    expected = scoring.summarize("knowledge", records)
+    expected = summary.summarize("knowledge", records)
     column = {name: [m[name] for m in per_doc] for name in per_doc[0]}
     assert utils.agg_acc_text(column["acc_text"]) == pytest.approx(expected["text"]["accuracy"]["value"])
     assert utils.agg_acc_text(column["acc_text"]) == pytest.approx(
-        sum(1 for i in range(len(docs)) if i % 2 == 0) / len(docs))
+        sum(1 for i in range(len(docs)) if i % 2 == 0) / len(docs)
+    )
     for category in ("Acoustic", "Semantic", "Integrated"):
         got = getattr(utils, f"agg_acc_text_{category.lower()}")(column[f"acc_text_{category.lower()}"])
         want = expected["text"]["by_category"].get(category, {}).get("value")
@@ -138,10 +144,12 @@ def test_filter_records_and_metrics_equal_scoring_summaries(utils, monkeypatch):
 
 @needs_demo
 def test_missing_output_is_excluded_not_wrong(utils, monkeypatch):
-    monkeypatch.setattr(utils, "_SETTINGS", {"judge": "none"})
+    monkeypatch.setattr(utils, "RUN", LmEvalRun({"judge": "none"}))
     docs = _docs("knowledge")[:2]
-    resps = [[encode_response(docs[0]["Answer_zh"], None)],
-             [encode_response(None, None, problem="no output for this Qid")]]
+    resps = [
+        [encode_response(docs[0]["Answer_zh"], None)],
+        [encode_response(None, None, problem="no output for this Qid")],
+    ]
     records = [json.loads(f) for f in utils.ScoreResponses(set_name="knowledge").apply(resps, docs)]
     assert records[1]["text_correct"] is None and "no output" in records[1]["problem"]
     assert utils.agg_acc_text([utils.compact(r) for r in records]) == 1.0
@@ -149,16 +157,20 @@ def test_missing_output_is_excluded_not_wrong(utils, monkeypatch):
 
 @needs_demo
 def test_cs_vs_en_drop_uses_the_same_run(utils, monkeypatch):
-    monkeypatch.setattr(utils, "_SETTINGS", {"judge": "none"})
+    monkeypatch.setattr(utils, "RUN", LmEvalRun({"judge": "none"}))  # a fresh run: no records yet
     cs_docs, en_docs = _docs("knowledge"), _docs("knowledge_en")
-    utils._RECORDS.clear()
-    en = [json.loads(f) for f in utils.ScoreResponses(set_name="knowledge_en").apply(
-        [[d["Answer"]] for d in en_docs], en_docs)]
+    en = [
+        json.loads(f)
+        for f in utils.ScoreResponses(set_name="knowledge_en").apply(
+            [[d["Answer"]] for d in en_docs], en_docs
+        )
+    ]
     compact_en = [utils.compact(r) for r in en]
     assert math.isnan(utils.agg_drop_text(compact_en))  # the cs set did not run
     half = len(cs_docs) // 2
     utils.ScoreResponses(set_name="knowledge").apply(
-        [[d["Answer_zh"] if i < half else "不知道"] for i, d in enumerate(cs_docs)], cs_docs)
+        [[d["Answer_zh"] if i < half else "不知道"] for i, d in enumerate(cs_docs)], cs_docs
+    )
     assert utils.agg_drop_text(compact_en) == pytest.approx(1 - half / len(cs_docs))
     assert utils.agg_preserve_text(compact_en) == pytest.approx(half / len(cs_docs))
     assert math.isnan(utils.agg_drop_speech(compact_en))
@@ -173,9 +185,13 @@ def test_python_api_simple_evaluate_text_only(tmp_path):
     import cs3_tasks.models.precomputed  # noqa: F401
 
     results = lm_eval.simple_evaluate(
-        model="cs3-precomputed", model_args={"outputs": str(responses), "text_only": "true"},
-        tasks=["cs3_knowledge_text"], task_manager=evaluate.task_manager(metadata={"dataset": "demo"}),
-        metadata={"dataset": "demo", "judge": "none"}, bootstrap_iters=0, log_samples=True,
+        model="cs3-precomputed",
+        model_args={"outputs": str(responses), "text_only": "true"},
+        tasks=["cs3_knowledge_text"],
+        task_manager=evaluate.task_manager(metadata={"dataset": "demo"}),
+        metadata={"dataset": "demo", "judge": "none"},
+        bootstrap_iters=0,
+        log_samples=True,
     )
     metrics = results["results"]["cs3_knowledge_text"]
     assert 0.5 < metrics["acc_text,cs3"] < 1.0  # demo-strong misses every fifth item
@@ -192,17 +208,22 @@ def test_demo_responses_are_what_the_script_makes(tmp_path):
     bundled = Path(evaluate.DEMO_RESPONSES)
     if not (make_responses.SOURCE_DIR / "cs_knowledge.json").is_file() or not bundled.is_dir():
         pytest.skip("demo source or responses absent")
-    made = make_responses.make_demo_responses(make_responses.SOURCE_DIR, tmp_path,
-                                              {"demo-weak": make_responses.weak_answer})
+    made = make_responses.make_demo_responses(
+        make_responses.SOURCE_DIR, tmp_path, {"demo-weak": make_responses.weak_answer}
+    )
     assert made["demo-weak"] > 0
     for set_name in data.SETS:
         ours = (tmp_path / "demo-weak" / f"{set_name}.jsonl").read_text(encoding="utf-8")
         assert ours == (bundled / "demo-weak" / f"{set_name}.jsonl").read_text(encoding="utf-8"), set_name
         first = json.loads(ours.splitlines()[0])
         assert load_audio(bundled / "demo-weak" / first["audio"]).size > 16000 * 0.3
-    strong = {s: [json.loads(x) for x in (bundled / "demo-strong" / f"{s}.jsonl").read_text().splitlines()]
-              for s in data.SETS}
-    assert any("Salt Lake City" in r["text"] or any(c.isascii() and c.isalpha() for c in r["text"])
-               for r in strong["knowledge"])
+    strong = {
+        s: [json.loads(x) for x in (bundled / "demo-strong" / f"{s}.jsonl").read_text().splitlines()]
+        for s in data.SETS
+    }
+    assert any(
+        "Salt Lake City" in r["text"] or any(c.isascii() and c.isalpha() for c in r["text"])
+        for r in strong["knowledge"]
+    )
     total = sum(f.stat().st_size for f in bundled.rglob("*") if f.is_file())
     assert total < 10_000_000

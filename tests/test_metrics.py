@@ -59,6 +59,25 @@ def test_single_character_name_parts_are_not_matched_alone():
     assert M.knowledge_keyword_hit("是一只猪", "猪", "Pig") is True  # a whole one-character answer counts
 
 
+@pytest.mark.parametrize(
+    ("response", "answer_zh", "answer_en", "expected"),
+    [
+        ("盐，湖城", "盐湖城", "Salt Lake City", False),  # a comma does not join characters into the answer
+        ("盐。湖城", "盐湖城", "Salt Lake City", False),
+        ("盐\n湖城", "盐湖城", "Salt Lake City", False),
+        ("答案：盐湖城。", "盐湖城", "Salt Lake City", True),
+        ("是乔治·华盛顿，对", "乔治·华盛顿", "George Washington", True),  # middle dots still join
+        ("salt, lake city", "盐湖城", "Salt Lake City", False),
+        ("It is Salt-Lake City, Utah.", "盐湖城", "Salt Lake City", True),
+        ("共1,000人", "1000人", "1000 people", True),  # digit groups are not a break
+        ("It is Washington, D.C.", "华盛顿哥伦比亚特区", "Washington, D.C.", True),  # the answer's own comma
+        ("It is Washington D.C.", "华盛顿哥伦比亚特区", "Washington, D.C.", True),
+    ],
+)
+def test_keyword_is_matched_within_punctuation_separated_spans(response, answer_zh, answer_en, expected):
+    assert M.knowledge_keyword_hit(response, answer_zh, answer_en) is expected
+
+
 def test_english_keyword_hit():
     assert M.english_keyword_hit("It's in Salt Lake City.", "Salt Lake City") is True
     assert M.english_keyword_hit("it's in salt lake", "Salt Lake City") is False
@@ -104,6 +123,17 @@ def test_character_error_rate():
     assert M.character_error_rate("我喜欢你", "") == 1.0
     assert M.character_error_rate("", "") == 0.0
     assert M.character_error_rate("！", "你好") == 1.0  # empty reference, non-empty hypothesis
+
+
+def test_corpus_english_wer():
+    texts = ["我喜欢deep learning", "纯中文", "the cat sat on a mat"]
+    heard = ["我喜欢deep", "deep", "the cat sat on a mat"]
+    assert M.corpus_english_wer(texts, heard) == pytest.approx(1 / 8)  # 1 edit over 2 + 6 words
+    per_item = [M.english_wer(t, h) for t, h in zip(texts, heard)]
+    assert M.mean_score(per_item)["value"] == pytest.approx(0.25)  # the per-item mean differs
+    assert M.corpus_english_wer(["纯中文"], ["deep"]) is None
+    with pytest.raises(ValueError):
+        M.corpus_english_wer(["a"], [])
 
 
 def test_corpus_character_error_rate():

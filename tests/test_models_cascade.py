@@ -94,6 +94,7 @@ def instance(qid: str, audio, doc_id: int) -> Instance:
     )
 
 
+@pytest.mark.slow
 def test_cascade_with_chat_endpoint(asr_ready, query_wavs, tmp_path):
     from cs3_tasks.models.cascade import CascadeLM
 
@@ -127,6 +128,7 @@ def test_cascade_with_chat_endpoint(asr_ready, query_wavs, tmp_path):
     assert [e["Qid"] for e in errors] == ["missing"] and "ASR failed" in errors[0]["error"]
 
 
+@pytest.mark.slow
 def test_cascade_with_tiny_hf_llm(asr_ready, query_wavs, tiny_llm_dir, tmp_path, monkeypatch):
     from cs3_tasks.models import cascade
 

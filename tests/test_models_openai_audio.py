@@ -151,6 +151,7 @@ def test_registered_and_created_from_arg_string(server, tmp_path):
     assert lm.max_concurrency == 2 and lm.output_dir == tmp_path / "o"
 
 
+@pytest.mark.slow
 def test_real_lm_eval_cli_on_demo_set(tmp_path):
     """The whole path: lm_eval CLI -> task doc_to_audio -> this wrapper -> fake endpoint -> task scoring,
     twice with --use_cache: the second run is answered from lm-eval's cache, not the endpoint."""
@@ -169,11 +170,21 @@ def test_real_lm_eval_cli_on_demo_set(tmp_path):
 
         def lm_eval(results_dir):
             run = run_lm_eval(
-                "--model", "cs3-openai-audio",
-                "--model_args", f"base_url={server.base_url},model=fake-omni,output_dir={out_dir}",
-                "--tasks", "cs3_knowledge", "--limit", "2", "--log_samples", "--output_path", str(results_dir),
-                "--use_cache", str(tmp_path / "lm_cache"),
-                "--metadata", json.dumps({"dataset": "demo", "judge": "none"}),
+                "--model",
+                "cs3-openai-audio",
+                "--model_args",
+                f"base_url={server.base_url},model=fake-omni,output_dir={out_dir}",
+                "--tasks",
+                "cs3_knowledge",
+                "--limit",
+                "2",
+                "--log_samples",
+                "--output_path",
+                str(results_dir),
+                "--use_cache",
+                str(tmp_path / "lm_cache"),
+                "--metadata",
+                json.dumps({"dataset": "demo", "judge": "none"}),
             )
             assert run.returncode == 0, run.stderr[-3000:]
             return run

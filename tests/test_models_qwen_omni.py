@@ -18,9 +18,9 @@ transformers = pytest.importorskip("transformers")
 if not hasattr(transformers, "Qwen2_5OmniForConditionalGeneration"):
     pytest.skip("this transformers has no Qwen2.5-Omni", allow_module_level=True)
 
-from lm_eval.api.instance import Instance
+from lm_eval.api.instance import Instance  # noqa: E402 - only once torch/transformers are known to work
 
-from cs3_tasks.speech import decode_response
+from cs3_tasks.speech import decode_response  # noqa: E402
 
 SPECIAL = [
     "<|endoftext|>",
@@ -200,6 +200,7 @@ def make_lm(path, tmp_path, **overrides):
     return QwenOmniLM(**args)
 
 
+@pytest.mark.slow
 def test_prompt_matches_qwen_chatml_and_audio_span(tiny_omni_dir, tmp_path):
     from cs3_tasks.models.qwen_omni import OFFICIAL_SYSTEM_PROMPT, QwenOmniLM, audio_token_count
 
@@ -224,6 +225,7 @@ def test_prompt_matches_qwen_chatml_and_audio_span(tiny_omni_dir, tmp_path):
     assert inputs["attention_mask"][1, 0] == 0  # left padding of the shorter prompt
 
 
+@pytest.mark.slow
 def test_speech_and_text_from_tiny_model(tiny_omni_dir, tmp_path):
     lm = make_lm(tiny_omni_dir, tmp_path)
     requests = [
@@ -243,6 +245,7 @@ def test_speech_and_text_from_tiny_model(tiny_omni_dir, tmp_path):
     assert [e["Qid"] for e in errors] == ["broken"] and "query audio" in errors[0]["error"]
 
 
+@pytest.mark.slow
 def test_text_only_mode_and_bad_speaker(tiny_omni_dir, tmp_path):
     lm = make_lm(tiny_omni_dir, tmp_path, return_audio=False)
     assert not lm.model.has_talker
@@ -252,6 +255,7 @@ def test_text_only_mode_and_bad_speaker(tiny_omni_dir, tmp_path):
         make_lm(tiny_omni_dir, tmp_path, speaker="Nobody")
 
 
+@pytest.mark.slow
 def test_lm_eval_default_cuda_device_falls_back_to_cpu(tiny_omni_dir, tmp_path):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: cuda:0 is honoured")

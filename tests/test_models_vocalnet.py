@@ -136,6 +136,7 @@ def test_text_only_and_missing_vocoder(fake_omni_speech, tmp_path, monkeypatch):
     assert text.startswith("heard") and audio is None
 
 
+@pytest.mark.slow
 def test_lora_adapter_is_merged_into_the_backbone(fake_omni_speech, tmp_path):
     torch = pytest.importorskip("torch")
     from peft import LoraConfig, get_peft_model
@@ -181,9 +182,9 @@ def test_lora_adapter_is_merged_into_the_backbone(fake_omni_speech, tmp_path):
 
 QUERY = "我想用Python读一个文件"
 ANSWER = "可以用Python的open函数打开文件。"
-PROMPT = "<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n"   # the fake's prompt (speech ignored)
-SEGMENT = 4          # the fake splits the generated positions into speech-head segments of this size
-SOS, EOS = 90, 91    # speech unit framing ids (VocalNet: unit_vocab_size + 1 / + 2)
+PROMPT = "<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n"  # the fake's prompt (speech ignored)
+SEGMENT = 4  # the fake splits the generated positions into speech-head segments of this size
+SOS, EOS = 90, 91  # speech unit framing ids (VocalNet: unit_vocab_size + 1 / + 2)
 
 
 def _recipe_transforms():
@@ -191,7 +192,7 @@ def _recipe_transforms():
 
     from cs3_tasks.recipe import transforms as tf
 
-    with warnings.catch_warnings():   # CoR+KH together: warned about, allowed
+    with warnings.catch_warnings():  # CoR+KH together: warned about, allowed
         warnings.simplefilter("ignore", UserWarning)
         return tf.TransformConfig(cor=True, kh=True)
 
@@ -208,14 +209,14 @@ def recipe_adapter(tmp_path_factory):
     from cs3_tasks.recipe.model import build_tiny_speech_lm
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)   # 2 shared cores: torch's default pool oversubscribes them
+    torch.set_num_threads(1)  # 2 shared cores: torch's default pool oversubscribes them
     try:
         out = tmp_path_factory.mktemp("recipe") / "adapter"
         texts = [QUERY, ANSWER, PROMPT]
         tok = rt.train_tokenizer(texts, vocab_size=200)
         model = build_tiny_speech_lm(len(tok), tok.pad_token_id, tok.eos_token_id, seed=0)
         model.base_vocab_size = len(tok)
-        new_ids = rt.add_recipe_tokens(tok, model.llm)   # resizes beyond the base vocabulary
+        new_ids = rt.add_recipe_tokens(tok, model.llm)  # resizes beyond the base vocabulary
         settings = rt.LoraSettings(r=16, alpha=32, dropout=0.0)
         model.llm = get_peft_model(model.llm, rt.lora_config(settings, new_ids, ("embed_tokens", "lm_head")))
         target = tf.transform_target(QUERY, ANSWER, _recipe_transforms())
@@ -228,12 +229,13 @@ def recipe_adapter(tmp_path_factory):
             model.llm(input_ids=ids, labels=labels).loss.backward()
             optimizer.step()
             optimizer.zero_grad()
-        cfg = rt.TrainConfig(data="train.json", output_dir=str(out), backbone="tiny", cor=True, kh=True,
-                             lora=settings)
+        cfg = rt.TrainConfig(
+            data="train.json", output_dir=str(out), backbone="tiny", cor=True, kh=True, lora=settings
+        )
         rt.save_adapter(model, tok, out, cfg)
     finally:
         torch.set_num_threads(threads)
-    base_tokenizer = rt.train_tokenizer(texts, vocab_size=200)   # VocalNet's own: no recipe tokens
+    base_tokenizer = rt.train_tokenizer(texts, vocab_size=200)  # VocalNet's own: no recipe tokens
     return out, base_tokenizer
 
 
@@ -260,15 +262,24 @@ def fake_omni_speech2s_class():
             super().__init__(config)
             self.config.speech_generator_type = "ar_mtp"
             self.config.speech_sos_token_id, self.config.speech_eos_token_id = SOS, EOS
-            object.__setattr__(self, "speech_generator", FakeSpeechHead())   # no weights: not a submodule
+            object.__setattr__(self, "speech_generator", FakeSpeechHead())  # no weights: not a submodule
 
         @torch.no_grad()
-        def generate(self, inputs, speech=None, speech_lengths=None, streaming_unit_gen=False,
-                     infer_mtp_token_num=0, streaming=False, max_new_tokens=40, **kwargs):
+        def generate(
+            self,
+            inputs,
+            speech=None,
+            speech_lengths=None,
+            streaming_unit_gen=False,
+            infer_mtp_token_num=0,
+            streaming=False,
+            max_new_tokens=40,
+            **kwargs,
+        ):
             ids, new, rows = inputs, [], []
-            for _ in range(max_new_tokens):   # greedy, like VocalNet with temperature 0
+            for _ in range(max_new_tokens):  # greedy, like VocalNet with temperature 0
                 out = self(input_ids=ids, output_hidden_states=True)
-                rows.append(out.hidden_states[-1][:, -1:])   # the state that produced this token
+                rows.append(out.hidden_states[-1][:, -1:])  # the state that produced this token
                 token = out.logits[:, -1].argmax(-1)
                 new.append(int(token))
                 ids = torch.cat([ids, token[:, None]], 1)
@@ -283,7 +294,11 @@ def fake_omni_speech2s_class():
             units = [torch.tensor([[SOS]])]
             for a, b in itertools.pairwise(bounds):
                 segment = torch.cat([hidden[:, a:b], eos_emb], 1)
-                units.append(self.speech_generator.predict_mtp(segment, infer_mtp_token_num=infer_mtp_token_num)[:, 1:-1])
+                units.append(
+                    self.speech_generator.predict_mtp(segment, infer_mtp_token_num=infer_mtp_token_num)[
+                        :, 1:-1
+                    ]
+                )
             units.append(torch.tensor([[EOS]]))
             return torch.tensor([new]), torch.cat(units, 1)
 
@@ -311,12 +326,20 @@ class FakeOfficialVocalNet:
 
         input_ids = torch.tensor([self.tokenizer(PROMPT, add_special_tokens=False)["input_ids"]])
         output_ids, output_units = self.model.generate(
-            input_ids, speech=None, speech_lengths=None, do_sample=False, max_new_tokens=self.max_new_tokens,
-            use_cache=True, streaming_unit_gen=False, infer_mtp_token_num=2, streaming=False)
+            input_ids,
+            speech=None,
+            speech_lengths=None,
+            do_sample=False,
+            max_new_tokens=self.max_new_tokens,
+            use_cache=True,
+            streaming_unit_gen=False,
+            infer_mtp_token_num=2,
+            streaming=False,
+        )
         self.official_text = self.tokenizer.batch_decode(output_ids, skip_special_tokens=True)[0].strip()
         self.units = output_units[:, 1:-1]
         out = Path(self.audio_dir) / Path(messages[0]["path"]).name
-        sf.write(out, np.full(240 * self.units.shape[1], 0.1, dtype=np.float32), 24_000)   # "vocoder"
+        sf.write(out, np.full(240 * self.units.shape[1], 0.1, dtype=np.float32), 24_000)  # "vocoder"
         return {"text": self.official_text, "audio": str(out)}
 
 
@@ -327,50 +350,58 @@ def official_vocalnet(monkeypatch, recipe_adapter):
 
     adapter_dir, base_tokenizer = recipe_adapter
     meta = ad.read_recipe(adapter_dir)
-    llm = build_tiny_speech_lm(meta["tiny_base_vocab"], base_tokenizer.pad_token_id, base_tokenizer.eos_token_id,
-                               seed=meta["seed"]).llm   # the base the adapter was trained on
+    llm = build_tiny_speech_lm(
+        meta["tiny_base_vocab"], base_tokenizer.pad_token_id, base_tokenizer.eos_token_id, seed=meta["seed"]
+    ).llm  # the base the adapter was trained on
     model = fake_omni_speech2s_class()(llm.config)
     model.load_state_dict(llm.state_dict())
     FakeOfficialVocalNet.base_model, FakeOfficialVocalNet.base_tokenizer = model.eval(), base_tokenizer
     module = types.ModuleType("omni_speech.infer.vocalnet")
     module.VocalNetModel = FakeOfficialVocalNet
-    for name, mod in [("omni_speech", types.ModuleType("omni_speech")),
-                      ("omni_speech.infer", types.ModuleType("omni_speech.infer")),
-                      ("omni_speech.infer.vocalnet", module)]:
+    for name, mod in [
+        ("omni_speech", types.ModuleType("omni_speech")),
+        ("omni_speech.infer", types.ModuleType("omni_speech.infer")),
+        ("omni_speech.infer.vocalnet", module),
+    ]:
         monkeypatch.setitem(sys.modules, name, mod)
     return adapter_dir
 
 
+@pytest.mark.slow
 def test_recipe_adapter_text_and_answer_only_speech(official_vocalnet, tmp_path, monkeypatch):
     torch = pytest.importorskip("torch")
     from cs3_tasks.models.vocalnet import VocalNetLM
     from cs3_tasks.recipe import adapter as ad
     from cs3_tasks.recipe import transforms as tf
 
-    lm = VocalNetLM(pretrained="/ckpt/VocalNet-qwen25-7B", vocoder="/v", adapter=str(official_vocalnet),
-                    output_dir=str(tmp_path / "out"))
+    lm = VocalNetLM(
+        pretrained="/ckpt/VocalNet-qwen25-7B",
+        vocoder="/v",
+        adapter=str(official_vocalnet),
+        output_dir=str(tmp_path / "out"),
+    )
     fake = lm.vocalnet
-    assert type(fake.model).__name__ == "FakeOmniSpeech2S"   # merged and unloaded: no peft wrapper left
+    assert type(fake.model).__name__ == "FakeOmniSpeech2S"  # merged and unloaded: no peft wrapper left
     assert fake.tokenizer.convert_tokens_to_ids(tf.COR_SEPARATOR) >= len(FakeOfficialVocalNet.base_tokenizer)
     head = fake.model.speech_generator
 
     text, audio_path = decode_response(lm.generate_until([instance("q0", wav_bytes())])[0])
     # the text channel: CoR prefix removed, KH markers stripped
     assert text == ANSWER, (text, fake.official_text)
-    assert fake.official_text != ANSWER   # what VocalNet's own decoding makes of it: prefix glued on
+    assert fake.official_text != ANSWER  # what VocalNet's own decoding makes of it: prefix glued on
     last = lm.recipe.last
     assert last.recognised == "Python" and tf.highlighted_keywords(last.speech_text) == ["Python", "open"]
 
     # the speech head ran once per segment overlapping the answer, on the answer positions only
-    assert lm.recipe.generation.ids is None   # consumed by the response: never reused for the next item
+    assert lm.recipe.generation.ids is None  # consumed by the response: never reused for the next item
     hidden = fake.model.last_hidden
     n = hidden.shape[1]
     start = lm.recipe.generation.speech_from
-    assert 0 < start < n and start % SEGMENT != 0   # the cut falls inside a segment: it is trimmed
+    assert 0 < start < n and start % SEGMENT != 0  # the cut falls inside a segment: it is trimmed
     assert len(head.inputs) == len(range(start // SEGMENT * SEGMENT, n, SEGMENT))
-    spoken = torch.cat([h[:, :-1] for h in head.inputs], 1)   # without each segment's text-eos row
+    spoken = torch.cat([h[:, :-1] for h in head.inputs], 1)  # without each segment's text-eos row
     assert torch.equal(spoken, hidden[:, start:])
-    assert fake.units.shape[1] == (n - start) + len(head.inputs)   # one fake unit per row read
+    assert fake.units.shape[1] == (n - start) + len(head.inputs)  # one fake unit per row read
     assert sf.info(audio_path).frames == 240 * fake.units.shape[1]
 
     # no separator generated: the speech head reads everything, exactly as VocalNet does

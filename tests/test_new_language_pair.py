@@ -195,9 +195,20 @@ def test_korean_english_pair_runs_through_lm_eval(pair_dir, tmp_path, monkeypatc
     with FakeJudgeServer(judge) as server:
         metadata = {"dataset": str(build_dir), "judge_base_url": server.base_url, "judge_model": "fake-judge"}
         run = run_lm_eval(
-            "--model", "cs3-precomputed", "--model_args", f"outputs={outputs}", "--tasks", CONFIG,
-            "--include_path", str(pair_dir / "tasks"), "--metadata", json.dumps(metadata),
-            "--output_path", str(results_dir), "--log_samples", env=env,
+            "--model",
+            "cs3-precomputed",
+            "--model_args",
+            f"outputs={outputs}",
+            "--tasks",
+            CONFIG,
+            "--include_path",
+            str(pair_dir / "tasks"),
+            "--metadata",
+            json.dumps(metadata),
+            "--output_path",
+            str(results_dir),
+            "--log_samples",
+            env=env,
         )
         assert run.returncode == 0, textwrap.shorten(run.stderr[-3000:], 3000)
         assert server.request_count == 4  # 2 items x (text, speech transcript)

@@ -12,9 +12,9 @@ from cs3_tasks.speech import decode_payload, decode_response, encode_response, i
 
 lm_eval = pytest.importorskip("lm_eval")
 
-from lm_eval.api.instance import Instance
+from lm_eval.api.instance import Instance  # noqa: E402  (after the importorskip above)
 
-from cs3_tasks.models.precomputed import PrecomputedLM, set_of_task
+from cs3_tasks.models.precomputed import PrecomputedLM, set_of_task  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------------------
 # protocol
@@ -60,16 +60,21 @@ def _write_outputs(root: Path) -> Path:
         {"Qid": "q-2", "text": "只有文字", "audio": None},
         {"Qid": "q-3", "text": "声音丢了", "audio": "wav/knowledge/missing.wav"},
     ]
-    (root / "knowledge.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
-                                          encoding="utf-8")
+    (root / "knowledge.jsonl").write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
+    )
     return root
 
 
 def _instance(task: str, qid: str | None) -> Instance:
     doc = {"Qid": qid} if qid is not None else {}
-    return Instance(request_type="generate_until", doc=doc,
-                    arguments=("请回答音频中的问题。", {"until": []}, {"audio": ["/q.flac"]}),
-                    idx=0, metadata=(task, 0, 1))
+    return Instance(
+        request_type="generate_until",
+        doc=doc,
+        arguments=("请回答音频中的问题。", {"until": []}, {"audio": ["/q.flac"]}),
+        idx=0,
+        metadata=(task, 0, 1),
+    )
 
 
 def test_set_of_task():
@@ -81,8 +86,9 @@ def test_set_of_task():
 
 def test_answers_by_task_and_qid(tmp_path):
     lm = PrecomputedLM(outputs=str(_write_outputs(tmp_path)), batch_size=1, device="cpu")
-    answers = lm.generate_until([_instance("cs3_knowledge", q) for q in ("q-1", "q-2", "q-3", "q-9")],
-                                disable_tqdm=True)
+    answers = lm.generate_until(
+        [_instance("cs3_knowledge", q) for q in ("q-1", "q-2", "q-3", "q-9")], disable_tqdm=True
+    )
     first = decode_payload(answers[0])
     assert first.text == "答案是盐湖城" and Path(first.audio).is_file() and first.problem is None
     assert decode_payload(answers[1]) == decode_payload(encode_response("只有文字", None))
@@ -115,7 +121,10 @@ def test_clear_errors(tmp_path):
 
 def test_forced_set_serves_renamed_tasks(tmp_path):
     lm = PrecomputedLM(outputs=str(_write_outputs(tmp_path)), set="knowledge")
-    assert decode_response(lm.generate_until([_instance("my_copy", "q-2")], disable_tqdm=True)[0])[0] == "只有文字"
+    assert (
+        decode_response(lm.generate_until([_instance("my_copy", "q-2")], disable_tqdm=True)[0])[0]
+        == "只有文字"
+    )
 
 
 def test_registered_name_resolves():

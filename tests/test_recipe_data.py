@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from judge_server import FakeJudgeServer, Reply
+from judge_server import Reply, loopback_config
 
 from cs3_tasks import judge
 from cs3_tasks.recipe import construct, mixing
@@ -80,7 +80,7 @@ def moss_line(cid: str, query: str, reply: str) -> str:
 
 def fake_llm(request) -> Reply | str:
     prompt = request.prompt
-    for cid, query, _, rewrite, accept in CONVERSATIONS:
+    for _cid, query, _, rewrite, accept in CONVERSATIONS:
         if "改写句" in prompt and f"原句：{query}" in prompt:
             return json.dumps(
                 {"accept": accept, "reason": "自然" if accept else "语义改变"}, ensure_ascii=False
@@ -96,15 +96,15 @@ def write_moss(path: Path, rows=CONVERSATIONS) -> Path:
 
 
 def llm_configs(server, cache: Path) -> tuple[judge.JudgeConfig, judge.JudgeConfig]:
-    cfg = judge.JudgeConfig(
-        base_url=server.base_url,
-        model="fake-rewriter",
-        api_key_env="",
+    cfg = loopback_config(
+        server,
+        cache.parent,
         cache_path=cache,
+        model="fake-rewriter",
         max_retries=1,
-        backoff_initial=0.01,
         backoff_max=0.02,
         timeout=10,
+        max_concurrency=8,
     )
     return cfg, judge.JudgeConfig(**{**cfg.__dict__, "model": "fake-checker"})
 
@@ -184,26 +184,26 @@ def test_mix_counts_follow_ratios_without_repeats():
     assert mixing.mix_counts({"cs": 100, "st": 100}, {"cs": 1, "st": 1}, total=20) == {"cs": 10, "st": 10}
 
 
-def test_rewriter_and_checker_statuses_and_cache(tmp_path):
-    with FakeJudgeServer(fake_llm) as server:
-        rewriter, checker = llm_configs(server, tmp_path / "llm.sqlite")
-        convs = construct.read_conversations(write_moss(tmp_path / "m.jsonl"))
-        cands = construct.rewrite_and_check(convs, rewriter, checker)
-        status = {c.id: c.status for c in cands}
-        assert status == {
-            "1": "accepted",
-            "2": "accepted",
-            "3": "rejected",
-            "4": "rewrite_error",
-            "5": "no_english",
-        }
-        bad = next(c for c in cands if c.id == "4")
-        assert bad.error.startswith("judge_error") and "unparseable" in bad.error
-        first = server.request_count
-        assert first == 5 + 1 + 3  # 5 rewrites + 1 retry of the garbage one + 3 checks
-        construct.rewrite_and_check(convs, rewriter, checker)  # resumable: only the failure is re-asked
-        assert server.request_count == first + 2
-        assert {r.model for r in server.requests} == {"fake-rewriter", "fake-checker"}
+def test_rewriter_and_checker_statuses_and_cache(tmp_path, judge_server):
+    server = judge_server(fake_llm)
+    rewriter, checker = llm_configs(server, tmp_path / "llm.sqlite")
+    convs = construct.read_conversations(write_moss(tmp_path / "m.jsonl"))
+    cands = construct.rewrite_and_check(convs, rewriter, checker)
+    status = {c.id: c.status for c in cands}
+    assert status == {
+        "1": "accepted",
+        "2": "accepted",
+        "3": "rejected",
+        "4": "rewrite_error",
+        "5": "no_english",
+    }
+    bad = next(c for c in cands if c.id == "4")
+    assert bad.error.startswith("judge_error") and "unparseable" in bad.error
+    first = server.request_count
+    assert first == 5 + 1 + 3  # 5 rewrites + 1 retry of the garbage one + 3 checks
+    construct.rewrite_and_check(convs, rewriter, checker)  # resumable: only the failure is re-asked
+    assert server.request_count == first + 2
+    assert {r.model for r in server.requests} == {"fake-rewriter", "fake-checker"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,79 +249,104 @@ def _mix_sources(tmp: Path) -> Path:
     return mix
 
 
-def test_build_data_end_to_end(tmp_path):
+@pytest.mark.slow
+def test_build_data_end_to_end(tmp_path, judge_server):
     _needs_speech_tools()
     mix = _mix_sources(tmp_path)
-    with FakeJudgeServer(fake_llm) as server:
-        result = build_small_dataset(tmp_path, server, mix=mix)
-        out = result.out
-        report = json.loads((out / "report.json").read_text(encoding="utf-8"))
-        by_id = {i["id"]: i for i in report["items"]}
-        # every candidate is in the report with its status; only verified ones are used
-        assert {i: by_id[i]["status"] for i in by_id} == {
-            "1": "ok",
-            "2": "ok",
-            "3": "rejected",
-            "4": "rewrite_error",
-            "5": "no_english",
-        }
-        for cid in ACCEPTED:
-            assert by_id[cid]["transcript"], "the ASR round trip ran"
-            assert by_id[cid]["english_recall"] is not None
-            assert (out / by_id[cid]["speech"]).stat().st_size > 10_000
-        assert "rejected" in (out / "report.md").read_text(encoding="utf-8")
+    server = judge_server(fake_llm)
+    result = build_small_dataset(tmp_path, server, mix=mix)
+    out = result.out
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    by_id = {i["id"]: i for i in report["items"]}
+    # every candidate is in the report with its status; only verified ones are used
+    assert {i: by_id[i]["status"] for i in by_id} == {
+        "1": "ok",
+        "2": "ok",
+        "3": "rejected",
+        "4": "rewrite_error",
+        "5": "no_english",
+    }
+    for cid in ACCEPTED:
+        assert by_id[cid]["transcript"], "the ASR round trip ran"
+        assert by_id[cid]["english_recall"] is not None
+        assert (out / by_id[cid]["speech"]).stat().st_size > 10_000
+    assert "rejected" in (out / "report.md").read_text(encoding="utf-8")
 
-        # mixing: 2 code-switching items -> 4 in total at 0.5 / 0.25 / 0.25
-        assert result.mix["drawn"] == {"code_switching": 2, "covost": 1, "va": 1}
-        train = json.loads((out / "train.json").read_text(encoding="utf-8"))
-        assert len(train) == 4
-        for item in train:  # VocalNet's format: id, speech, conversations (human <speech>, gpt), units?
-            assert item["conversations"][0]["from"] == "human"
-            assert item["conversations"][0]["value"].startswith("<speech>")
-            assert item["conversations"][1]["from"] == "gpt" and item["conversations"][1]["value"]
-            assert (out / item["speech"]).exists()
-        st = next(i for i in train if i["source"] == "covost")
-        assert st["conversations"][0]["value"] == "<speech>\n" + mixing.DEFAULT_TRANSLATION_INSTRUCTION
-        assert st["conversations"][1]["value"] in ("Hello world", "Thank you")
-        cs = [i for i in train if i["source"] == "code_switching"]
-        assert {i["query_text"] for i in cs} == {
-            CONVERSATIONS[0][3]["rewritten"],
-            CONVERSATIONS[1][3]["rewritten"],
-        }
+    # mixing: 2 code-switching items -> 4 in total at 0.5 / 0.25 / 0.25
+    assert result.mix["drawn"] == {"code_switching": 2, "covost": 1, "va": 1}
+    train = json.loads((out / "train.json").read_text(encoding="utf-8"))
+    assert len(train) == 4
+    for item in train:  # VocalNet's format: id, speech, conversations (human <speech>, gpt), units?
+        assert item["conversations"][0]["from"] == "human"
+        assert item["conversations"][0]["value"].startswith("<speech>")
+        assert item["conversations"][1]["from"] == "gpt" and item["conversations"][1]["value"]
+        assert (out / item["speech"]).exists()
+    st = next(i for i in train if i["source"] == "covost")
+    assert st["conversations"][0]["value"] == "<speech>\n" + mixing.DEFAULT_TRANSLATION_INSTRUCTION
+    assert st["conversations"][1]["value"] in ("Hello world", "Thank you")
+    cs = [i for i in train if i["source"] == "code_switching"]
+    assert {i["query_text"] for i in cs} == {
+        CONVERSATIONS[0][3]["rewritten"],
+        CONVERSATIONS[1][3]["rewritten"],
+    }
 
-        # re-run with strict QC: no new rewrite/check requests except the failed one; failures reported
-        before = server.request_count
-        strict = build_small_dataset(
-            tmp_path, server, min_recall=1.01, out_name="strict", transforms=TransformConfig(kh=True)
-        )
-        assert server.request_count == before + 2
-        assert strict.counts.get("qc_failed") == 2 and strict.train_items == 0
-        rep = json.loads((tmp_path / "strict" / "report.json").read_text(encoding="utf-8"))
-        assert all(
-            re.search(r"English recall .* < 1.01", i["error"]) for i in rep["items"] if i["id"] in ACCEPTED
-        )
+    # re-run with strict QC: no new rewrite/check requests except the failed one; failures reported
+    before = server.request_count
+    strict = build_small_dataset(
+        tmp_path, server, min_recall=1.01, out_name="strict", transforms=TransformConfig(kh=True)
+    )
+    assert server.request_count == before + 2
+    assert strict.counts.get("qc_failed") == 2 and strict.train_items == 0
+    rep = json.loads((tmp_path / "strict" / "report.json").read_text(encoding="utf-8"))
+    assert all(
+        re.search(r"English recall .* < 1.01", i["error"]) for i in rep["items"] if i["id"] in ACCEPTED
+    )
 
 
-def test_build_data_baked_transform(tmp_path):
+@pytest.mark.slow
+def test_build_data_baked_transform(tmp_path, judge_server):
     _needs_speech_tools()
-    with FakeJudgeServer(fake_llm) as server:
-        build_small_dataset(tmp_path, server, transforms=TransformConfig(cor=True))
+    server = judge_server(fake_llm)
+    build_small_dataset(tmp_path, server, transforms=TransformConfig(cor=True))
     train = json.loads((tmp_path / "out" / "train.json").read_text(encoding="utf-8"))
     targets = {i["id"]: i["conversations"][1]["value"] for i in train}
     assert targets["cs-1"] == "machine learning course<|cor_sep|>可以先学习吴恩达的machine learning课程。"
     assert targets["cs-2"].startswith("Python text file<|cor_sep|>")
 
 
-def test_build_data_cli(tmp_path, capsys):
+@pytest.mark.slow
+def test_build_data_cli(tmp_path, capsys, judge_server):
     _needs_speech_tools()
     from cs3_tasks import cli
 
     moss = write_moss(tmp_path / "moss.jsonl")
-    with FakeJudgeServer(fake_llm) as server:
-        code = cli.main(["recipe", "build-data", "--input", str(moss), "--out", str(tmp_path / "o"),
-                         "--llm-base-url", server.base_url, "--llm-api-key-env", "", "--rewriter-model", "r",
-                         "--llm-cache", str(tmp_path / "c.sqlite"), "--max-cer", "-1",
-                         "--min-english-recall", "-1", "--transform", "kh", "--limit", "3"])
+    server = judge_server(fake_llm)
+    code = cli.main(
+        [
+            "recipe",
+            "build-data",
+            "--input",
+            str(moss),
+            "--out",
+            str(tmp_path / "o"),
+            "--llm-base-url",
+            server.base_url,
+            "--llm-api-key-env",
+            "",
+            "--rewriter-model",
+            "r",
+            "--llm-cache",
+            str(tmp_path / "c.sqlite"),
+            "--max-cer",
+            "-1",
+            "--min-english-recall",
+            "-1",
+            "--transform",
+            "kh",
+            "--limit",
+            "3",
+        ]
+    )
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["counts"] == {"rejected": 1, "ok": 2, "total": 3} and summary["train_items"] == 2
@@ -331,6 +356,21 @@ def test_build_data_cli(tmp_path, capsys):
     # a bad input file: exit code 2 and a message naming the line, no traceback
     bad = tmp_path / "bad.jsonl"
     bad.write_text("not json\n", encoding="utf-8")
-    assert cli.main(["recipe", "build-data", "--input", str(bad), "--out", str(tmp_path / "b"),
-                     "--llm-base-url", "http://127.0.0.1:9/v1", "--llm-api-key-env", ""]) == 2
+    assert (
+        cli.main(
+            [
+                "recipe",
+                "build-data",
+                "--input",
+                str(bad),
+                "--out",
+                str(tmp_path / "b"),
+                "--llm-base-url",
+                "http://127.0.0.1:9/v1",
+                "--llm-api-key-env",
+                "",
+            ]
+        )
+        == 2
+    )
     assert "bad.jsonl:1" in capsys.readouterr().err

@@ -40,13 +40,23 @@ def one_thread():
 
 def _tiny_config(tmp: Path, data: Path, **extra) -> Path:
     cfg = {
-        "backbone": "tiny", "data": str(data / "train.json"), "output_dir": str(tmp / "adapter"),
-        "cor": True, "kh": True, "seed": 0,
+        "backbone": "tiny",
+        "data": str(data / "train.json"),
+        "output_dir": str(tmp / "adapter"),
+        "cor": True,
+        "kh": True,
+        "seed": 0,
         # alpha 128 (not the paper's 16): a random tiny base must move fast in a few CPU steps
         "lora": {"r": 64, "alpha": 128, "dropout": 0.05},
-        "training": {"max_steps": 60, "per_device_train_batch_size": 2, "learning_rate": 3e-3,
-                     "lr_scheduler_type": "constant", "logging_steps": 5, "use_cpu": True,
-                     "disable_tqdm": True},
+        "training": {
+            "max_steps": 60,
+            "per_device_train_batch_size": 2,
+            "learning_rate": 3e-3,
+            "lr_scheduler_type": "constant",
+            "logging_steps": 5,
+            "use_cpu": True,
+            "disable_tqdm": True,
+        },
         **extra,
     }
     path = tmp / "train.yaml"
@@ -54,12 +64,13 @@ def _tiny_config(tmp: Path, data: Path, **extra) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_train_save_reload_generate(built, tmp_path, capsys, one_thread):
     config = _tiny_config(tmp_path, built)
-    with pytest.warns(UserWarning, match="2510.07881"):   # CoR+KH together: allowed, warned
+    with pytest.warns(UserWarning, match="2510.07881"):  # CoR+KH together: allowed, warned
         assert cli.main(["recipe", "train", "--config", str(config)]) == 0
-    out = "\n" + capsys.readouterr().out   # Trainer's log lines first, then our indented JSON result
-    result = json.loads(out[out.rindex("\n{\n") + 1:])
+    out = "\n" + capsys.readouterr().out  # Trainer's log lines first, then our indented JSON result
+    result = json.loads(out[out.rindex("\n{\n") + 1 :])
     losses = result["losses"]
     assert len(losses) == 12 and losses[-1] < 0.3 * losses[0], losses
     # speech encoder frozen; LoRA'd LLM and projector trained
@@ -67,8 +78,13 @@ def test_train_save_reload_generate(built, tmp_path, capsys, one_thread):
     assert "projector.linear1" in result["trainable_modules"]
 
     adapter = tmp_path / "adapter"
-    for name in ("adapter_config.json", "adapter_model.safetensors", "tokenizer.json",
-                 rt.PROJECTOR_FILE, rt.RECIPE_FILE):
+    for name in (
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "tokenizer.json",
+        rt.PROJECTOR_FILE,
+        rt.RECIPE_FILE,
+    ):
         assert (adapter / name).is_file(), name
     acfg = json.loads((adapter / "adapter_config.json").read_text())
     assert acfg["peft_type"] == "LORA" and acfg["r"] == 64 and acfg["lora_alpha"] == 128
@@ -112,6 +128,7 @@ def rt_parts():
     return SpeechLMParts()
 
 
+@pytest.mark.slow
 def test_vocalnet_backbone_needs_official_code(built, tmp_path):
     try:
         import omni_speech  # noqa: F401
@@ -124,6 +141,7 @@ def test_vocalnet_backbone_needs_official_code(built, tmp_path):
         rt.train(rt.load_config(config))
 
 
+@pytest.mark.slow
 def test_config_errors_name_the_key(tmp_path, built):
     bad = tmp_path / "bad.yaml"
     bad.write_text("data: x.json\noutput_dir: o\nlearning_rate: 1\n", encoding="utf-8")
@@ -133,8 +151,18 @@ def test_config_errors_name_the_key(tmp_path, built):
     with pytest.raises(rt.RecipeConfigError, match="`data` is required"):
         rt.load_config(bad)
     missing = tmp_path / "m.json"
-    missing.write_text(json.dumps([{"id": "z9", "speech": "nope.wav", "conversations": [
-        {"from": "human", "value": "<speech>"}, {"from": "gpt", "value": "a"}]}]), encoding="utf-8")
+    missing.write_text(
+        json.dumps(
+            [
+                {
+                    "id": "z9",
+                    "speech": "nope.wav",
+                    "conversations": [{"from": "human", "value": "<speech>"}, {"from": "gpt", "value": "a"}],
+                }
+            ]
+        ),
+        encoding="utf-8",
+    )
     with pytest.raises(rt.RecipeConfigError, match="item z9: speech file not found"):
         rt.load_examples(missing, None, tf.TransformConfig())
 
@@ -150,18 +178,32 @@ def test_paper_configs_load():
     from cs3_tasks.recipe.mixing import load_mix_config
 
     assert {s.kind for s in load_mix_config(Path(str(mix))).sources} == {
-        "code_switching", "speech_translation", "speech_instruction"}
+        "code_switching",
+        "speech_translation",
+        "speech_instruction",
+    }
     assert CONVERSATIONS  # the shared fixture data is importable
 
 
+@pytest.mark.slow
 def test_adapter_helpers_for_wrappers(built, tmp_path, one_thread):
     """What a wrapper (cs3-vocalnet adapter=DIR) does: tokenizer + merged LoRA + postprocessing."""
     from cs3_tasks.recipe import adapter as ad
     from cs3_tasks.recipe.model import build_tiny_speech_lm
 
-    config = _tiny_config(tmp_path, built, cor=False, kh=True,
-                          training={"max_steps": 4, "per_device_train_batch_size": 2, "learning_rate": 3e-3,
-                                    "use_cpu": True, "disable_tqdm": True})
+    config = _tiny_config(
+        tmp_path,
+        built,
+        cor=False,
+        kh=True,
+        training={
+            "max_steps": 4,
+            "per_device_train_batch_size": 2,
+            "learning_rate": 3e-3,
+            "use_cpu": True,
+            "disable_tqdm": True,
+        },
+    )
     rt.train(rt.load_config(config))
     out = tmp_path / "adapter"
     tok = ad.adapter_tokenizer(out)
@@ -169,7 +211,7 @@ def test_adapter_helpers_for_wrappers(built, tmp_path, one_thread):
     assert meta["transforms"] == {"cor": False, "kh": True}
     unmerged, _, _ = rt.load_trained(out)
     base = build_tiny_speech_lm(meta["tiny_base_vocab"], tok.pad_token_id, tok.eos_token_id, seed=0).llm
-    merged = ad.apply_adapter(base, out)              # resized to the adapter tokenizer, LoRA merged
+    merged = ad.apply_adapter(base, out)  # resized to the adapter tokenizer, LoRA merged
     ids = torch.tensor([tok("用<|kw_start|>Python<|kw_end|>读文件")["input_ids"]])
     with torch.no_grad():
         assert torch.allclose(merged(input_ids=ids).logits, unmerged.llm(input_ids=ids).logits, atol=1e-4)
@@ -180,6 +222,7 @@ def test_adapter_helpers_for_wrappers(built, tmp_path, one_thread):
         ad.apply_adapter(base, tmp_path)
 
 
+@pytest.mark.slow
 def test_batch_with_different_instructions_matches_single_rows(built, one_thread):
     """Rows with different prompts (code-switching vs translation items) batch without shifting anything."""
     import dataclasses
@@ -200,4 +243,4 @@ def test_batch_with_different_instructions_matches_single_rows(built, one_thread
             n = m1.shape[1]
             assert torch.allclose(full[i, :n], single[0], atol=1e-4)
             assert torch.equal(labels[i, :n], l1[0]) and bool((labels[i, n:] == -100).all())
-    assert mask[0].sum() != mask[1].sum()   # the rows really differ in length
+    assert mask[0].sum() != mask[1].sum()  # the rows really differ in length

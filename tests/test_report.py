@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from cs3_tasks import report, scoring
+from cs3_tasks.summary import summarize
 
 
 def _knowledge_records(set_name: str, correct: list[bool], speech: list[bool] | None) -> list[dict]:
     records = []
     for i, ok in enumerate(correct):
-        record = scoring._blank_record(set_name, f"k-{i:03d}", ("Acoustic", "Semantic")[i % 2], None)
+        record = scoring.blank_record(set_name, f"k-{i:03d}", ("Acoustic", "Semantic")[i % 2], None)
         record.update(
             text="答" if ok else "错",
             text_status="keyword" if ok else "judge_wrong",
@@ -39,7 +40,7 @@ def _knowledge_records(set_name: str, correct: list[bool], speech: list[bool] | 
 def _open_records(relevance: list[int]) -> list[dict]:
     records = []
     for i, score in enumerate(relevance):
-        record = scoring._blank_record("open_ended", f"o-{i:03d}", None, None)
+        record = scoring.blank_record("open_ended", f"o-{i:03d}", None, None)
         record.update(
             text="答",
             text_relevance=score,
@@ -61,7 +62,7 @@ def _open_records(relevance: list[int]) -> list[dict]:
 
 def _write(result_dir: Path, model: str, set_name: str, records: list[dict]) -> None:
     result_dir.mkdir(parents=True, exist_ok=True)
-    summary = scoring.summarize(set_name, records)
+    summary = summarize(set_name, records)
     summary["model"] = model
     (result_dir / f"{set_name}.summary.json").write_text(json.dumps(summary), encoding="utf-8")
 

@@ -14,10 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cs3_tasks import scoring
+from cs3_tasks import data, scoring
 from cs3_tasks.asr import Transcript
 from cs3_tasks.audio import write_wav
 from cs3_tasks.judge import JudgeConfig, Verdict
+from cs3_tasks.outputs import ModelOutput, read_outputs
+from cs3_tasks.summary import compare_cs_en, summarize, summary_markdown
 
 try:  # tests/ is on sys.path under pytest's default import mode
     from judge_server import FakeJudgeServer, Reply, by_keyword
@@ -81,7 +83,17 @@ class FakeASR:
         self.calls: list[list[str]] = []
 
     def __call__(
-        self, audios, language=None, *, model=None, backend="faster-whisper", use_cache=True, progress=True
+        self,
+        audios,
+        language=None,
+        *,
+        model=None,
+        backend=None,
+        use_cache=True,
+        progress=True,
+        batch_size=None,
+        short_clips=None,
+        device=None,
     ):
         names = [Path(a).name for a in audios]
         self.calls.append(names)
@@ -177,7 +189,7 @@ def test_read_outputs_authors_layout_reports_problems_per_item(tmp_path):
         {"Response": "no qid"},
     ]
     root = _authors_layout(tmp_path / "out", "knowledge", rows, {"k-000": None, "k-002": None})
-    outputs = scoring.read_outputs(root, "knowledge")
+    outputs = read_outputs(root, "knowledge")
     assert outputs["k-000"].text == "答案是盐湖城。"
     assert outputs["k-000"].audio.endswith("k-000.wav")
     assert "duplicate Qid" in outputs["k-000"].problem
@@ -199,7 +211,7 @@ def test_read_outputs_our_layout(tmp_path):
         {"Qid": "k-002", "text": "x", "audio": "nope.wav"},
     ]
     (root / "knowledge.jsonl").write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
-    outputs = scoring.read_outputs(root, "knowledge")
+    outputs = read_outputs(root, "knowledge")
     assert outputs["k-000"].audio == str(root / "a.wav") and outputs["k-000"].problem is None
     assert outputs["k-001"].audio is None and outputs["k-001"].problem is None  # text-only: not a problem
     assert outputs["k-002"].audio is None and "missing audio file" in outputs["k-002"].problem
@@ -207,16 +219,16 @@ def test_read_outputs_our_layout(tmp_path):
 
 def test_read_outputs_without_files_names_the_layouts(tmp_path):
     with pytest.raises(FileNotFoundError, match="json/open_ended.json"):
-        scoring.read_outputs(tmp_path, "open_ended")
+        read_outputs(tmp_path, "open_ended")
     with pytest.raises(ValueError, match="unknown set"):
-        scoring.read_outputs(tmp_path, "nope")
+        read_outputs(tmp_path, "nope")
 
 
 # ---------------------------------------------------------------------------------------------
 # score_batch + summarize
 
 
-def _knowledge_outputs(root: Path, asr: FakeASR) -> list[scoring.ModelOutput]:
+def _knowledge_outputs(root: Path, asr: FakeASR) -> list[ModelOutput]:
     root.mkdir(parents=True, exist_ok=True)
     for name in ("k-000", "k-001", "k-002"):
         _silence(root / f"{name}.wav")
@@ -225,18 +237,18 @@ def _knowledge_outputs(root: Path, asr: FakeASR) -> list[scoring.ModelOutput]:
         {"k-000.wav": "盐湖城 Salt Lake City", "k-001.wav": "RIGHT 大概是这条河", "k-002.wav": "BROKEN"}
     )
     return [
-        scoring.ModelOutput("k-000", "答案是盐湖城（Salt Lake City）。", str(root / "k-000.wav")),
-        scoring.ModelOutput("k-001", "我不知道", str(root / "k-001.wav")),
-        scoring.ModelOutput("k-002", "RIGHT but no keyword", str(root / "k-002.wav")),
-        scoring.ModelOutput("k-003", "巴黎", str(root / "bad.wav")),
-        scoring.ModelOutput("k-999", "stray answer", None),
+        ModelOutput("k-000", "答案是盐湖城（Salt Lake City）。", str(root / "k-000.wav")),
+        ModelOutput("k-001", "我不知道", str(root / "k-001.wav")),
+        ModelOutput("k-002", "RIGHT but no keyword", str(root / "k-002.wav")),
+        ModelOutput("k-003", "巴黎", str(root / "bad.wav")),
+        ModelOutput("k-999", "stray answer", None),
     ]
 
 
 def test_score_batch_knowledge_records(tmp_path, fakes):
     asr, judge = fakes
     outputs = _knowledge_outputs(tmp_path / "o", asr)
-    records = scoring.score_batch("knowledge", DOCS, outputs, judge=JUDGE, progress=False)
+    records = scoring.score_batch("knowledge", DOCS, outputs, judge=JUDGE, progress=False, protocol="cs3")
     assert [r["qid"] for r in records] == ["k-000", "k-001", "k-002", "k-003", "k-999"]
     assert len(asr.calls) == 1 and len(asr.calls[0]) == 4  # one batched ASR call over all speech outputs
     by = {r["qid"]: r for r in records}
@@ -278,9 +290,14 @@ def test_score_batch_knowledge_records(tmp_path, fakes):
 def test_summary_excludes_judge_errors_and_counts_them(tmp_path, fakes):
     asr, _ = fakes
     records = scoring.score_batch(
-        "knowledge", DOCS, _knowledge_outputs(tmp_path / "o", asr), judge=JUDGE, progress=False
+        "knowledge",
+        DOCS,
+        _knowledge_outputs(tmp_path / "o", asr),
+        judge=JUDGE,
+        progress=False,
+        protocol="cs3",
     )
-    summary = scoring.summarize("knowledge", records)
+    summary = summarize("knowledge", records)
     assert summary["n_items"] == 4 and summary["n_unknown_qid"] == 1 and summary["n_asr_error"] == 1
     text, speech = summary["text"], summary["speech"]
     # text: k-000 keyword, k-001 wrong, k-002 judge correct, k-003 keyword -> 3/4
@@ -297,18 +314,18 @@ def test_summary_excludes_judge_errors_and_counts_them(tmp_path, fakes):
     psr = summary["psr"]
     assert (psr["recognised"], psr["words"], psr["n_excluded_no_english"]) == (3, 7, 1)
     assert psr["value"] == pytest.approx(3 / 7) and psr["macro"] == pytest.approx(0.5)
-    assert "judge_error (excluded)" in scoring.summary_markdown(summary)
+    assert "judge_error (excluded)" in summary_markdown(summary)
 
 
 def test_no_judge_leaves_unresolved_counted_as_not_correct(tmp_path, fakes):
     asr, judge = fakes
     records = scoring.score_batch(
-        "knowledge", DOCS, _knowledge_outputs(tmp_path / "o", asr), judge=None, progress=False
+        "knowledge", DOCS, _knowledge_outputs(tmp_path / "o", asr), judge=None, progress=False, protocol="cs3"
     )
     assert judge.calls == 0
     by = {r["qid"]: r for r in records}
     assert (by["k-001"]["text_status"], by["k-001"]["text_correct"]) == ("unresolved", False)
-    summary = scoring.summarize("knowledge", records)
+    summary = summarize("knowledge", records)
     assert summary["text"]["n_unresolved"] == 2
     assert summary["text"]["accuracy"]["value"] == pytest.approx(0.5)  # k-000, k-003 by keyword
     assert summary["speech"]["n_unresolved"] == 2 and summary["speech"]["accuracy"]["n"] == 3
@@ -316,7 +333,7 @@ def test_no_judge_leaves_unresolved_counted_as_not_correct(tmp_path, fakes):
 
 def test_text_only_model_has_no_speech_numbers(fakes):
     asr, _ = fakes
-    outputs = [scoring.ModelOutput(d["Qid"], d["Answer_en"], None) for d in DOCS]
+    outputs = [ModelOutput(d["Qid"], d["Answer_en"], None) for d in DOCS]
     records = scoring.score_batch(
         "knowledge_en",
         [
@@ -326,13 +343,14 @@ def test_text_only_model_has_no_speech_numbers(fakes):
         outputs,
         judge=JUDGE,
         progress=False,
+        protocol="cs3",
     )
     assert asr.calls == []
     assert all(
         r["speech_correct"] is None and r["speech_lsa"] is None and r["psr_total"] is None for r in records
     )
     assert all(r["text_lsa"] is True for r in records)  # English answers on the English set
-    summary = scoring.summarize("knowledge_en", records)
+    summary = summarize("knowledge_en", records)
     assert summary["speech"] is None and summary["text"]["accuracy"]["value"] == 1.0
 
 
@@ -342,17 +360,19 @@ def test_open_ended_scores_and_understanding(tmp_path, fakes):
     _silence(tmp_path / "o-001.wav")
     asr.transcripts.update({"o-000.wav": "score 2 then 2", "o-001.wav": "BROKEN"})
     outputs = [
-        scoring.ModelOutput("o-000", "self-attention 让模型 5 分 3", str(tmp_path / "o-000.wav")),
-        scoring.ModelOutput("o-001", "throughput 4 and 4", str(tmp_path / "o-001.wav")),
+        ModelOutput("o-000", "self-attention 让模型 5 分 3", str(tmp_path / "o-000.wav")),
+        ModelOutput("o-001", "throughput 4 and 4", str(tmp_path / "o-001.wav")),
     ]
-    records = scoring.score_batch("open_ended", OPEN_DOCS, outputs, judge=JUDGE, progress=False)
+    records = scoring.score_batch(
+        "open_ended", OPEN_DOCS, outputs, judge=JUDGE, progress=False, protocol="cs3"
+    )
     r0, r1 = records
     assert (r0["text_relevance"], r0["text_semantic"], r0["text_understood"]) == (5, 3, True)
     assert (r0["speech_relevance"], r0["speech_understood"]) == (2, False)
     assert r1["speech_relevance"] is None and r1["speech_relevance_error"].startswith("judge_error")
     assert r1["speech_understood"] is None and r0["category"] is None
     assert "text_keyword_hit" not in r0
-    summary = scoring.summarize("open_ended", records)
+    summary = summarize("open_ended", records)
     assert summary["text"]["understanding_rate"]["value"] == 1.0
     assert summary["text"]["mean_relevance"]["value"] == pytest.approx(4.5)
     assert summary["speech"]["understanding_rate"]["n"] == 1 and summary["speech"]["n_relevance_error"] == 1
@@ -362,7 +382,7 @@ def test_open_ended_scores_and_understanding(tmp_path, fakes):
 def test_compare_cs_en():
     cs = {"text": {"accuracy": {"value": 0.4}, "by_category": {"A": {"value": 0.5}}}, "speech": None}
     en = {"text": {"accuracy": {"value": 0.8}, "by_category": {"A": {"value": 0.5}}}, "speech": None}
-    comparison = scoring.compare_cs_en(cs, en)
+    comparison = compare_cs_en(cs, en)
     assert comparison["text"]["drop_abs"] == pytest.approx(0.4)
     assert comparison["text"]["drop_rel"] == pytest.approx(0.5)
     assert comparison["text"]["preserve"] == pytest.approx(0.5)
@@ -397,6 +417,8 @@ def _args(
         "",
         "--judge-model",
         "fake",
+        "--protocol",
+        "cs3",
     ]
     for key, value in extra.items():
         argv += [f"--{key.replace('_', '-')}"] + ([] if value is True else [str(value)])
@@ -439,6 +461,37 @@ def test_cli_writes_records_summary_and_markdown(tmp_path, fakes):
     assert summary["model"] == "model-a" and summary["text"]["accuracy"]["value"] == 1.0
     assert summary["n_unknown_qid"] == 1
     assert "| text |" in (out / "knowledge.summary.md").read_text()
+
+
+@pytest.mark.parametrize("first", ["knowledge", "knowledge_en"])
+def test_cli_cs_vs_en_does_not_depend_on_which_set_is_scored_first(tmp_path, fakes, first):
+    asr, _ = fakes
+    outputs, cs_dataset = _cli_fixture(tmp_path, asr)
+    en_docs = [
+        {
+            "Qid": f"k-{i:03d}",
+            "Question": f"question {i}",
+            "Answer": f"answer{i}",
+            "Category": ("Acoustic", "Semantic", "Integrated")[i % 3],
+        }
+        for i in range(6)
+    ]
+    en_dataset = tmp_path / "cs_knowledge_en.json"
+    en_dataset.write_text(json.dumps(en_docs), encoding="utf-8")
+    en_rows = [
+        {"Qid": d["Qid"], "Response": d["Answer"] if i < 3 else "no idea"} for i, d in enumerate(en_docs)
+    ]
+    _authors_layout(outputs, "knowledge_en", en_rows, {})
+    out = tmp_path / "result"
+    datasets = {"knowledge": cs_dataset, "knowledge_en": en_dataset}
+    second = "knowledge_en" if first == "knowledge" else "knowledge"
+    for set_name in (first, second):
+        assert scoring.run(_args(outputs, out, datasets[set_name], set_name=set_name, no_judge=True)) == 0
+    cs = json.loads((out / "knowledge.summary.json").read_text())
+    en = json.loads((out / "knowledge_en.summary.json").read_text())
+    assert cs["cs_vs_en"] == en["cs_vs_en"] == compare_cs_en(cs, en)
+    assert cs["cs_vs_en"]["text"]["acc_en"] == pytest.approx(0.5)
+    assert "preserve" in (out / "knowledge.summary.md").read_text()
 
 
 def test_cli_resumes_after_a_kill_without_recomputing(tmp_path, fakes, monkeypatch):
@@ -631,6 +684,8 @@ def test_end_to_end_real_asr_bad_inputs_and_cached_rerun(tmp_path, offline_asr_m
                 offline_asr_model,
                 "--no-judge",
                 "--no-progress",
+                "--protocol",
+                "cs3",
                 *extra,
             ]
         )
@@ -684,22 +739,36 @@ def test_cli_without_outputs_or_dataset_is_a_clean_error(tmp_path, fakes, capsys
 def test_load_docs_from_the_authors_source_dir():
     import os
 
-    shared = Path(os.environ.get("CS3_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+    shared = Path(
+        os.environ.get("CS3_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data"
+    )
     if not (shared / "cs3bench" / "cs_knowledge.json").is_file():
         pytest.skip(f"shared CS3-Bench source not found under {shared} (set CS3_SHARED_DATA)")
-    docs = scoring.load_docs("knowledge", str(shared / "cs3bench"))
+    docs = data.load_docs("knowledge", str(shared / "cs3bench"))
     assert len(docs) == 362 and {"Qid", "Answer_zh", "Answer_en", "Category"} <= set(docs[0])
-    assert len(scoring.load_docs("open_ended", str(shared / "cs3bench"))) == 200
+    assert len(data.load_docs("open_ended", str(shared / "cs3bench"))) == 200
 
 
 def test_cli_help_lists_the_options():
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "cs3_tasks.cli", "score", "--help"], check=False,
-                            capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "cs3_tasks.cli", "score", "--help"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0
-    for option in ("--outputs", "--set", "--out", "--dataset", "--asr-model", "--no-judge", "--model-name",
-                   "--restart"):
+    for option in (
+        "--outputs",
+        "--set",
+        "--out",
+        "--dataset",
+        "--asr-model",
+        "--no-judge",
+        "--model-name",
+        "--restart",
+    ):
         assert option in result.stdout

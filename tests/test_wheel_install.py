@@ -1,4 +1,4 @@
-"""`pip install .` (not editable) gives a working package: tasks, demo data, hook and models ship in the wheel.
+"""`pip install .` (not editable) gives a working package: tasks, demo data, hook, models ship in the wheel.
 
 The wheel is installed with --target into a fresh folder; a child interpreter started with -S sees that
 folder (its .pth files processed, so our lm-eval hook runs) plus the dependencies' site-packages without
@@ -14,6 +14,8 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,25 +44,72 @@ CHECK = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_pip_install_dot_gives_a_working_package(tmp_path):
     source = tmp_path / "src"
-    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".ruff_cache",
-        ".hypothesis", "tests", "cs3_demo", "cs3_outputs"))
+    shutil.copytree(
+        REPO,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git",
+            ".venv",
+            "build",
+            "dist",
+            "*.egg-info",
+            "__pycache__",
+            ".pytest_cache",
+            ".ruff_cache",
+            ".hypothesis",
+            "tests",
+            "cs3_demo",
+            "cs3_outputs",
+        ),
+    )
     wheels, target = tmp_path / "wheels", tmp_path / "site"
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            "-w", str(wheels), str(source)], capture_output=True, text=True, timeout=600, check=False)
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(wheels),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert build.returncode == 0, build.stderr[-3000:]
     wheel = next(wheels.glob("cs3_bench-*.whl"))
-    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
-                              str(wheel)], capture_output=True, text=True, timeout=600, check=False)
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert install.returncode == 0, install.stderr[-3000:]
 
     deps = [p for p in site.getsitepackages() if Path(p).is_dir()]
-    run = subprocess.run([sys.executable, "-S", "-c", CHECK, str(target), json.dumps(deps)],
-                         capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False,
-                         env={"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "HF_DATASETS_OFFLINE": "1",
-                              "HF_HUB_OFFLINE": "1"})
+    run = subprocess.run(
+        [sys.executable, "-S", "-c", CHECK, str(target), json.dumps(deps)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        check=False,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(Path.home()),
+            "HF_DATASETS_OFFLINE": "1",
+            "HF_HUB_OFFLINE": "1",
+        },
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     found = json.loads(run.stdout.strip().splitlines()[-1])
     assert found["module"].startswith(str(target))

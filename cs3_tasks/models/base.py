@@ -12,7 +12,10 @@ item). This base class does the rest, identically for every wrapper:
   answered;
 - a per-item failure: logged, appended to ``<output_dir>/errors.jsonl``, and returned as an encoded
   response with empty text and no audio; the run continues;
-- a tqdm progress bar.
+- a tqdm progress bar;
+- data parallelism (``DataParallelLM``): under ``accelerate launch`` each rank answers its share of the
+  requests on its own device and writes its own ``<set>.rank<k>.jsonl`` and ``errors.rank<k>.jsonl``
+  (wavs are named by Qid, which no two ranks share); readers take the union of the shards.
 
 The returned string is ``cs3_tasks.speech.encode_response(text, wav_path)``.
 """
@@ -31,9 +34,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from lm_eval.api.model import LM
 
-from cs3_tasks.audio import AudioSource, load_audio, write_wav
+from cs3_tasks.audio import SAMPLE_RATE, AudioSource, load_audio, write_wav
+from cs3_tasks.cache import atomic_write
+from cs3_tasks.data import SETS
+from cs3_tasks.models.parallel import DataParallelLM
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +49,11 @@ ERRORS_FILE = "errors.jsonl"
 class SpeechRequest:
     """One lm-eval generate_until request, in the terms a speech model needs."""
 
-    index: int                  # position in the lm-eval request list
-    task: str                   # lm-eval task name, e.g. "cs3_knowledge"
-    qid: str                    # item id, names the saved wav
-    instruction: str            # the context lm-eval built (doc_to_text); may be ""
-    audio: AudioSource | None   # the query audio as the task gave it (bytes or a path)
+    index: int  # position in the lm-eval request list
+    task: str  # lm-eval task name, e.g. "cs3_knowledge"
+    qid: str  # item id, names the saved wav
+    instruction: str  # the context lm-eval built (doc_to_text); may be ""
+    audio: AudioSource | None  # the query audio as the task gave it (bytes or a path)
     gen_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -58,7 +63,7 @@ class SpeechReply:
 
     text: str
     audio: np.ndarray | None = None
-    sample_rate: int = 16_000
+    sample_rate: int = SAMPLE_RATE
 
 
 Outcome = SpeechReply | BaseException
@@ -91,8 +96,31 @@ def speech_request(instance: Any, index: int) -> SpeechRequest:
     )
 
 
+def repeated_requests(requests: Sequence[Any]) -> dict[int, int]:
+    """{j: i} for each request j that is the same object as an earlier request i.
+
+    Under data parallelism lm-eval pads a rank's request list with copies of its last request so that
+    every rank runs as many requests; they are answered once (our wrappers are deterministic, and
+    ``repeats`` is 1 in the cs3 tasks)."""
+    first: dict[int, int] = {}
+    copies: dict[int, int] = {}
+    for j, request in enumerate(requests):
+        i = first.setdefault(id(request), j)
+        if i != j:
+            copies[j] = i
+    return copies
+
+
 def _is_array_tuple(value: Any) -> bool:
     return isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], np.ndarray)
+
+
+def set_of_task(task_name: str | None) -> str | None:
+    """``cs3_knowledge_en`` / ``cs3_knowledge_en_text`` -> ``knowledge_en``; None for other tasks."""
+    if not task_name:
+        return None
+    name = task_name.removeprefix("cs3_").removesuffix("_text")
+    return name if name in SETS else None
 
 
 def safe_name(text: str) -> str:
@@ -122,10 +150,10 @@ def pick_device(requested: str | None) -> str:
 def chunked(items: Sequence, size: int) -> Iterator[Sequence]:
     size = max(1, int(size))
     for start in range(0, len(items), size):
-        yield items[start:start + size]
+        yield items[start : start + size]
 
 
-class SpeechLM(LM):
+class SpeechLM(DataParallelLM):
     """Base of the cs3 speech-to-speech wrappers; subclasses implement ``generate_batch``."""
 
     MULTIMODAL = True  # lets lm-eval hand us tasks that carry doc_to_audio
@@ -138,18 +166,19 @@ class SpeechLM(LM):
         output_dir: str | None = None,
         batch_size: int | str | None = 1,
         resume: bool = False,
-        max_batch_size: int | None = None,   # passed by lm-eval; unused
+        max_batch_size: int | None = None,  # passed by lm-eval; unused
         device: str | None = None,
         **unknown: Any,
     ) -> None:
-        super().__init__()
+        super().__init__(device)
         if unknown:
             raise TypeError(f"{self.model_name}: unknown model_args {sorted(unknown)}")
         self.output_dir = Path(output_dir or Path("cs3_outputs") / safe_name(self.label()))
         # lm-eval passes batch_size as a str ("auto", "8"); "auto" means the wrapper's own default.
         self.batch_size = int(batch_size) if str(batch_size).isdigit() else self.default_batch_size()
         self.resume = as_bool(resume)
-        self.device_name = device
+        # one device per rank under a launcher (cuda:<local rank>); as requested in one process
+        self.device_name = self._device if self.process_group.distributed else device
         self._write_lock = threading.Lock()
 
     # -- subclass API -------------------------------------------------------------------------
@@ -165,7 +194,9 @@ class SpeechLM(LM):
         """One outcome per request: a SpeechReply or the exception that item raised."""
         raise NotImplementedError
 
-    def generate_all(self, requests: Sequence[SpeechRequest], done: Callable[[SpeechRequest, Outcome], None]) -> None:
+    def generate_all(
+        self, requests: Sequence[SpeechRequest], done: Callable[[SpeechRequest, Outcome], None]
+    ) -> None:
         """Run every request, calling ``done`` once per item. Default: chunks of ``batch_size``.
 
         A chunk that raises as a whole is retried item by item, so the failure lands on the item that
@@ -180,8 +211,12 @@ class SpeechLM(LM):
                 if len(chunk) == 1:
                     outcomes = [batch_error]
                 else:
-                    log.warning("%s: batch of %d failed (%s); retrying one by one",
-                                self.model_name, len(chunk), batch_error)
+                    log.warning(
+                        "%s: batch of %d failed (%s); retrying one by one",
+                        self.model_name,
+                        len(chunk),
+                        batch_error,
+                    )
                     outcomes = [self._one(req) for req in chunk]
             for req, outcome in zip(chunk, outcomes):
                 done(req, outcome)
@@ -195,11 +230,12 @@ class SpeechLM(LM):
     # -- helpers for subclasses ---------------------------------------------------------------
 
     @staticmethod
-    def query_audio(req: SpeechRequest, sample_rate: int = 16_000) -> np.ndarray:
+    def query_audio(req: SpeechRequest, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
         """The query waveform; a clear error naming the Qid when it is missing or unreadable."""
         if req.audio is None:
-            raise ItemError(f"{req.task}/{req.qid}: the request carries no query audio "
-                            "(does the task set doc_to_audio?)")
+            raise ItemError(
+                f"{req.task}/{req.qid}: the request carries no query audio (does the task set doc_to_audio?)"
+            )
         try:
             return load_audio(req.audio, sample_rate)
         except Exception as error:
@@ -212,16 +248,24 @@ class SpeechLM(LM):
 
         reqs = [speech_request(instance, i) for i, instance in enumerate(requests)]
         results: list[str | None] = [None] * len(reqs)
+        copies = repeated_requests(requests)
         previous = self._previous_answers(reqs) if self.resume else {}
         todo = []
         for req in reqs:
+            if req.index in copies:
+                continue
             if (req.task, req.qid) in previous:
                 results[req.index] = previous[(req.task, req.qid)]
             else:
                 todo.append(req)
         if previous:
-            log.info("%s: resume: %d of %d items already answered in %s",
-                     self.model_name, len(reqs) - len(todo), len(reqs), self.output_dir)
+            log.info(
+                "%s: resume: %d of %d items already answered in %s",
+                self.model_name,
+                len(reqs) - len(todo),
+                len(reqs),
+                self.output_dir,
+            )
 
         bar = tqdm(total=len(todo), desc=f"{self.model_name} speech generation", disable=disable_tqdm)
 
@@ -233,11 +277,14 @@ class SpeechLM(LM):
             self.generate_all(todo, done)
         finally:
             bar.close()
+        for copy, original in copies.items():
+            results[copy] = results[original]
         missing = [reqs[i].qid for i, r in enumerate(results) if r is None]
         for i, r in enumerate(results):
             if r is None:  # a subclass that forgot an item: record it rather than crash lm-eval
-                results[i] = self._finish(reqs[i], ItemError(f"{reqs[i].qid}: no result produced"),
-                                          requests[i])
+                results[i] = self._finish(
+                    reqs[i], ItemError(f"{reqs[i].qid}: no result produced"), requests[i]
+                )
         if missing:
             log.error("%s: %d items produced no result: %s", self.model_name, len(missing), missing[:5])
         with self._write_lock:
@@ -293,17 +340,25 @@ class SpeechLM(LM):
     def _record_failure(self, req: SpeechRequest, error: BaseException) -> None:
         message = f"{type(error).__name__}: {error}"
         log.warning("%s: item %s/%s failed: %s", self.model_name, req.task, req.qid, message)
-        row = {"task": req.task, "Qid": req.qid, "model": self.label(), "error": message,
-               "traceback": "".join(traceback.format_exception(error))[-4000:],
-               "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        self._append_jsonl(self.output_dir / ERRORS_FILE, row)
+        row = {
+            "task": req.task,
+            "Qid": req.qid,
+            "model": self.label(),
+            "error": message,
+            "traceback": "".join(traceback.format_exception(error))[-4000:],
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        }
+        self._append_jsonl(self.output_dir / f"{Path(ERRORS_FILE).stem}{self.shard_suffix()}.jsonl", row)
 
     def responses_file(self, task: str) -> Path:
         """``<output_dir>/<set>.jsonl`` (``cs3_knowledge`` -> ``knowledge.jsonl``): the layout that
-        ``cs3-bench score`` and ``cs3-precomputed`` read, so a run's outputs can be re-scored as they are."""
-        from cs3_tasks.models.precomputed import set_of_task
+        ``cs3-bench score`` and ``cs3-precomputed`` read, so a run's outputs can be re-scored as they are.
+        Rank k of a data-parallel run writes ``<set>.rank<k>.jsonl``."""
+        return self.output_dir / f"{self.set_name(task)}{self.shard_suffix()}.jsonl"
 
-        return self.output_dir / f"{set_of_task(task) or safe_name(task)}.jsonl"
+    @staticmethod
+    def set_name(task: str) -> str:
+        return set_of_task(task) or safe_name(task)
 
     def _append_row(self, req: SpeechRequest, text: str, audio_path: str | None, error: BaseException | None):
         audio = Path(audio_path).resolve() if audio_path else None
@@ -327,9 +382,7 @@ class SpeechLM(LM):
                     latest[str(json.loads(line)["Qid"])] = line
                 except (json.JSONDecodeError, KeyError, TypeError):
                     continue  # a half-written line of a killed run
-            tmp = path.with_suffix(".jsonl.tmp")
-            tmp.write_text("".join(line + "\n" for line in latest.values()), encoding="utf-8")
-            tmp.replace(path)
+            atomic_write(path, "".join(line + "\n" for line in latest.values()))
 
     def _append_jsonl(self, path: Path, row: dict) -> None:
         with self._write_lock:
@@ -339,14 +392,18 @@ class SpeechLM(LM):
 
     def _previous_answers(self, reqs: Sequence[SpeechRequest]) -> dict[tuple[str, str], str]:
         """(task, Qid) -> encoded response, for items answered without error in an earlier run."""
+        from cs3_tasks.outputs import output_files
         from cs3_tasks.speech import encode_response
 
         found: dict[tuple[str, str], str] = {}
         for task in {req.task for req in reqs}:
-            path = self.responses_file(task)
-            if not path.exists():
-                continue
-            for line in path.read_text(encoding="utf-8").splitlines():
+            # every rank's shard, oldest file first: an item answered by any rank of an earlier run
+            # (whatever its process count) is not asked again
+            for line in (
+                line
+                for path in output_files(self.output_dir, self.set_name(task))
+                for line in path.read_text(encoding="utf-8").splitlines()
+            ):
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError:

@@ -20,12 +20,14 @@ prepends the task's instruction (written for audio models) to it.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from lm_eval.api.registry import register_model
 
+from cs3_tasks.chat_api import RetryPolicy, chat, chat_url
 from cs3_tasks.models.base import (
     ItemError,
     Outcome,
@@ -56,9 +58,11 @@ class CascadeLM(SpeechLM):
         max_new_tokens: int = 512,
         dtype: str = "auto",
         asr_model: str | None = None,
-        asr_backend: str = "faster-whisper",
+        asr_backend: str | None = None,
+        asr_short_clips: str | None = None,
         asr_language: str | None = None,
         asr_use_cache: bool = True,
+        asr_device: str | None = None,
         tts_backend: str | None = None,
         tts_voice: str | None = None,
         max_concurrency: int = 8,
@@ -81,7 +85,14 @@ class CascadeLM(SpeechLM):
         self.system_prompt = system_prompt or None
         self.send_instruction = as_bool(send_instruction)
         self.max_new_tokens = int(max_new_tokens)
-        self.asr = {"model": asr_model, "backend": asr_backend, "use_cache": as_bool(asr_use_cache)}
+        # default device: this rank's GPU when there is one (cs3_tasks.asr.asr_device)
+        self.asr = {
+            "model": asr_model,
+            "backend": asr_backend,
+            "short_clips": asr_short_clips,
+            "use_cache": as_bool(asr_use_cache),
+            "device": asr_device or None,
+        }
         self.asr_language = asr_language or None
         if not tts_backend:
             from cs3_tasks.tts import default_backend
@@ -92,17 +103,16 @@ class CascadeLM(SpeechLM):
         if llm_base_url:
             import requests
 
-            from cs3_tasks.models.openai_audio import chat_url
-
             self.hf = None
             self.endpoint = {
                 "url": chat_url(llm_base_url),
                 "model": llm_model,
                 "api_key_env": llm_api_key_env,
                 "timeout": float(timeout),
-                "max_retries": int(max_retries),
-                "retry_wait": float(retry_wait),
             }
+            self.retry_policy = RetryPolicy(
+                max(0, int(max_retries)), backoff_initial=float(retry_wait), backoff_max=60.0
+            )
             self._session = requests.Session()
         else:
             self.endpoint = None
@@ -198,8 +208,6 @@ class CascadeLM(SpeechLM):
     # -- LLM backends ---------------------------------------------------------------------------
 
     def _ask_endpoint(self, conversation: list[dict]) -> str:
-        from cs3_tasks.models.openai_audio import post_chat
-
         e = self.endpoint
         body = {
             "model": e["model"],
@@ -207,14 +215,13 @@ class CascadeLM(SpeechLM):
             "max_tokens": self.max_new_tokens,
             "temperature": 0,
         }
-        reply = post_chat(
-            self._session,
+        reply = chat(
             e["url"],
             body,
-            api_key_env=e["api_key_env"],
+            api_key=os.environ.get(e["api_key_env"]),
             timeout=e["timeout"],
-            max_retries=e["max_retries"],
-            retry_wait=e["retry_wait"],
+            policy=self.retry_policy,
+            session=self._session,
         )
         try:
             content = reply["choices"][0]["message"]["content"]

@@ -5,7 +5,7 @@ For models that run through their own inference scripts: generate once, then eva
     lm_eval --model cs3-precomputed --model_args outputs=runs/glm4voice --tasks cs3
 
 ``outputs`` is a directory with one file per set, in the layouts of ``cs3-bench score``
-(``cs3_tasks.scoring.read_outputs``): ours ``<set>.jsonl`` (``{Qid, text, audio}``) or the authors'
+(``cs3_tasks.outputs.read_outputs``): ours ``<set>.jsonl`` (``{Qid, text, audio}``) or the authors'
 ``json/<set>.json`` + ``wav/<Qid>.wav``. Each request is matched to its output by the request's doc
 (``Qid``) and task (``cs3_knowledge`` -> set ``knowledge``); the answer is the speech protocol string
 ``cs3_tasks.speech.encode_response(text, wav path)``. An item without output is answered with no text,
@@ -15,7 +15,7 @@ no audio and the problem named, so its record says "no output for this Qid" and 
 model_args: ``outputs`` (required), ``set`` (force one set for every task, for renamed tasks),
 ``text_only`` (true: drop the audio, i.e. behave as a text-only model; speech metrics become n/a).
 lm-eval's ``--use_cache`` keys requests by their arguments, not by ``outputs``: use one cache path per
-outputs directory.
+outputs directory. Under ``accelerate launch`` each process answers its rank's share of the requests.
 """
 
 from __future__ import annotations
@@ -24,52 +24,51 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
-SETS = ("knowledge", "knowledge_en", "open_ended")
+from cs3_tasks.data import SETS
+from cs3_tasks.models.base import as_bool, set_of_task
+from cs3_tasks.models.parallel import DataParallelLM
+
+__all__ = ["DOC_SET_KEY", "PrecomputedLM", "set_of_task"]
+
 # doc field naming the outputs set of tasks outside SETS (task_configs/conversation_utils.py)
 DOC_SET_KEY = "cs3_set"
 
 
-def set_of_task(task_name: str | None) -> str | None:
-    """``cs3_knowledge_en`` / ``cs3_knowledge_en_text`` -> ``knowledge_en``; None for other tasks."""
-    if not task_name:
-        return None
-    name = task_name.removeprefix("cs3_").removesuffix("_text")
-    return name if name in SETS else None
-
-
-def _truthy(value: Any) -> bool:
-    return str(value).strip().lower() in ("1", "true", "yes", "on")
-
-
 @register_model("cs3-precomputed")
-class PrecomputedLM(LM):
+class PrecomputedLM(DataParallelLM):
     """Answers cs3 requests from a directory of pre-generated outputs."""
 
     MULTIMODAL = True  # lm-eval hands audio tasks only to models that declare this
 
-    def __init__(self, outputs: str | None = None, set: str | None = None, text_only: Any = False,
-                 **lm_eval_kwargs: Any) -> None:
+    def __init__(
+        self,
+        outputs: str | None = None,
+        set: str | None = None,
+        text_only: Any = False,
+        **lm_eval_kwargs: Any,
+    ) -> None:
         # lm_eval_kwargs: batch_size, max_batch_size, device... which lm-eval passes to every model
-        super().__init__()
+        super().__init__(lm_eval_kwargs.get("device"))
         if not outputs:
-            raise ValueError("cs3-precomputed needs model_args outputs=DIR (a directory of <set>.jsonl "
-                             "files or the authors' json/<set>.json + wav/)")
+            raise ValueError(
+                "cs3-precomputed needs model_args outputs=DIR (a directory of <set>.jsonl "
+                "files or the authors' json/<set>.json + wav/)"
+            )
         self.outputs_dir = Path(outputs).expanduser().resolve()
         if not self.outputs_dir.is_dir():
             raise FileNotFoundError(f"cs3-precomputed: outputs directory {self.outputs_dir} does not exist")
         if set is not None and set not in SETS:
             raise ValueError(f"cs3-precomputed: unknown set {set!r}; choose from {list(SETS)}")
         self.forced_set = set
-        self.text_only = _truthy(text_only)
+        self.text_only = as_bool(text_only)
         self._outputs: dict[str, dict] = {}
 
     def outputs_of(self, set_name: str) -> dict:
-        """Qid -> scoring.ModelOutput of one set (read once)."""
+        """Qid -> outputs.ModelOutput of one set (read once)."""
         if set_name not in self._outputs:
-            from cs3_tasks.scoring import read_outputs
+            from cs3_tasks.outputs import read_outputs
 
             # a set declared by the task's own docs (DOC_SET_KEY, e.g. belle_eval_s2s) is accepted as is
             self._outputs[set_name] = read_outputs(self.outputs_dir, set_name, known_sets=(*SETS, set_name))
@@ -80,11 +79,14 @@ class PrecomputedLM(LM):
 
         doc = instance.doc if isinstance(instance.doc, Mapping) else {}
         qid = doc.get("Qid")
-        set_name = (self.forced_set or set_of_task(getattr(instance, "task_name", None))
-                    or doc.get(DOC_SET_KEY))  # conversation / language-pair tasks declare their set per doc
+        set_name = (
+            self.forced_set or set_of_task(getattr(instance, "task_name", None)) or doc.get(DOC_SET_KEY)
+        )  # conversation / language-pair tasks declare their set per doc
         if set_name is None:
-            raise ValueError(f"cs3-precomputed: cannot tell the set of task {instance.task_name!r}; "
-                             "pass model_args set=knowledge|knowledge_en|open_ended")
+            raise ValueError(
+                f"cs3-precomputed: cannot tell the set of task {instance.task_name!r}; "
+                "pass model_args set=knowledge|knowledge_en|open_ended"
+            )
         if qid is None:
             raise ValueError(f"cs3-precomputed: a {instance.task_name} request has no Qid in its doc")
         output = self.outputs_of(set_name).get(str(qid))
@@ -100,8 +102,9 @@ class PrecomputedLM(LM):
     def generate_until(self, requests: list, disable_tqdm: bool = False) -> list[str]:
         from tqdm import tqdm
 
-        return [self.answer(instance) for instance in tqdm(requests, disable=disable_tqdm,
-                                                           desc="cs3-precomputed")]
+        return [
+            self.answer(instance) for instance in tqdm(requests, disable=disable_tqdm, desc="cs3-precomputed")
+        ]
 
     def loglikelihood(self, requests: list, disable_tqdm: bool = False) -> list:
         raise NotImplementedError("cs3-precomputed only answers generate_until requests (the cs3 tasks)")

@@ -24,6 +24,7 @@ from typing import Any
 
 from lm_eval.api.registry import register_model
 
+from cs3_tasks.audio import SAMPLE_RATE
 from cs3_tasks.models.base import Outcome, SpeechLM, SpeechReply, SpeechRequest, as_bool, pick_device
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,6 @@ OFFICIAL_SYSTEM_PROMPT = (
     "auditory and visual inputs, as well as generating text and speech."
 )
 OUTPUT_SAMPLE_RATE = 24_000
-INPUT_SAMPLE_RATE = 16_000
 
 
 def audio_token_count(feature_frames: int) -> int:
@@ -79,11 +79,15 @@ class QwenOmniLM(SpeechLM):
         self.model.to(self.device).eval()
         self.return_audio = as_bool(return_audio)
         if self.return_audio and not self.model.has_talker:
-            raise ValueError(f"{self.pretrained} has no talker (enable_audio_output=false): use return_audio=false")
+            raise ValueError(
+                f"{self.pretrained} has no talker (enable_audio_output=false): use return_audio=false"
+            )
         if not self.return_audio and self.model.has_talker:
             self.model.disable_talker()  # frees the talker and token2wav weights
         if speaker not in self.model.speaker_map:
-            raise ValueError(f"unknown speaker {speaker!r}; this checkpoint has {sorted(self.model.speaker_map)}")
+            raise ValueError(
+                f"unknown speaker {speaker!r}; this checkpoint has {sorted(self.model.speaker_map)}"
+            )
         self.speaker = speaker
         self.system_prompt = system_prompt or OFFICIAL_SYSTEM_PROMPT
         if self.return_audio and self.system_prompt != OFFICIAL_SYSTEM_PROMPT:
@@ -94,7 +98,8 @@ class QwenOmniLM(SpeechLM):
         self.feature_extractor = WhisperFeatureExtractor.from_pretrained(self.pretrained)
         thinker = self.model.config.thinker_config
         tokens = self.tokenizer.convert_ids_to_tokens(
-            [thinker.audio_start_token_id, thinker.audio_token_index, thinker.audio_end_token_id])
+            [thinker.audio_start_token_id, thinker.audio_token_index, thinker.audio_end_token_id]
+        )
         self.audio_bos, self.audio_token, self.audio_eos = tokens
         talker = self.model.config.talker_config
         # The talker stops on codec pad or codec end (the official defaults [8292, 8294], read from config).
@@ -113,15 +118,24 @@ class QwenOmniLM(SpeechLM):
 
     def prompt(self, instruction: str, n_audio_tokens: int) -> str:
         audio = f"{self.audio_bos}{self.audio_token * n_audio_tokens}{self.audio_eos}"
-        return (f"<|im_start|>system\n{self.system_prompt}<|im_end|>\n"
-                f"<|im_start|>user\n{audio}{instruction}<|im_end|>\n<|im_start|>assistant\n")
+        return (
+            f"<|im_start|>system\n{self.system_prompt}<|im_end|>\n"
+            f"<|im_start|>user\n{audio}{instruction}<|im_end|>\n<|im_start|>assistant\n"
+        )
 
     def build_inputs(self, requests: Sequence[SpeechRequest]) -> dict:
-        audios = [self.query_audio(req, INPUT_SAMPLE_RATE) for req in requests]
-        features = self.feature_extractor(audios, sampling_rate=INPUT_SAMPLE_RATE, return_attention_mask=True,
-                                          padding="max_length", return_tensors="pt")
+        audios = [self.query_audio(req, SAMPLE_RATE) for req in requests]
+        features = self.feature_extractor(
+            audios,
+            sampling_rate=SAMPLE_RATE,
+            return_attention_mask=True,
+            padding="max_length",
+            return_tensors="pt",
+        )
         frames = features["attention_mask"].sum(-1).tolist()
-        prompts = [self.prompt(req.instruction, audio_token_count(int(n))) for req, n in zip(requests, frames)]
+        prompts = [
+            self.prompt(req.instruction, audio_token_count(int(n))) for req, n in zip(requests, frames)
+        ]
         text = self.tokenizer(prompts, return_tensors="pt", padding=True)
         return {
             "input_ids": text["input_ids"].to(self.device),
@@ -135,11 +149,17 @@ class QwenOmniLM(SpeechLM):
 
         inputs = self.build_inputs(requests)
         max_new = int(requests[0].gen_kwargs.get("max_gen_toks") or self.max_new_tokens)
-        kwargs: dict[str, Any] = {"speaker": self.speaker, "thinker_max_new_tokens": max_new,
-                                  "thinker_do_sample": False}
+        kwargs: dict[str, Any] = {
+            "speaker": self.speaker,
+            "thinker_max_new_tokens": max_new,
+            "thinker_do_sample": False,
+        }
         if self.return_audio:
-            kwargs.update(talker_max_new_tokens=self.talker_max_new_tokens, talker_eos_token_id=self.talker_eos,
-                          talker_do_sample=self.talker_do_sample)
+            kwargs.update(
+                talker_max_new_tokens=self.talker_max_new_tokens,
+                talker_eos_token_id=self.talker_eos,
+                talker_do_sample=self.talker_do_sample,
+            )
             if self.token2wav_num_steps:
                 kwargs["token2wav_num_steps"] = self.token2wav_num_steps
         # transformers 4.5x took return_audio=; 5.x takes generation_mode="text" for a text-only call.
@@ -157,11 +177,13 @@ class QwenOmniLM(SpeechLM):
         else:
             sequences = output.sequences if hasattr(output, "sequences") else output
             wavs = [None] * len(requests)
-        new_tokens = sequences[:, inputs["input_ids"].shape[1]:]
+        new_tokens = sequences[:, inputs["input_ids"].shape[1] :]
         texts = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
         return [
-            SpeechReply(text=text.strip(),
-                        audio=None if wav is None else wav.reshape(-1).float().cpu().numpy(),
-                        sample_rate=OUTPUT_SAMPLE_RATE)
+            SpeechReply(
+                text=text.strip(),
+                audio=None if wav is None else wav.reshape(-1).float().cpu().numpy(),
+                sample_rate=OUTPUT_SAMPLE_RATE,
+            )
             for text, wav in zip(texts, wavs)
         ]

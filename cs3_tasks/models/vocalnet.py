@@ -7,7 +7,7 @@ CosyVoice2 flow + HiFT vocoder turn into 24 kHz audio. We call the authors' own 
 numbers match theirs; ``infer_module`` / ``infer_class`` point elsewhere if a release moves it.
 
     lm_eval --model cs3-vocalnet \
-        --model_args pretrained=/ckpt/VocalNet-qwen25-7B,vocoder=/ckpt/CosyVoice2-0.5B,adapter=/runs/cs3-lora \
+        --model_args pretrained=/ckpt/VocalNet-qwen25-7B,vocoder=/ckpt/CosyVoice2-0.5B,adapter=/runs/lora \
         --device cuda --tasks cs3_knowledge
 
 ``adapter=DIR`` loads an adapter made by our enhancement recipe (``cs3-bench recipe train``,
@@ -48,14 +48,14 @@ from typing import Any
 
 from lm_eval.api.registry import register_model
 
-from cs3_tasks.audio import write_wav
+from cs3_tasks.audio import SAMPLE_RATE, write_wav
 from cs3_tasks.models.base import ItemError, Outcome, SpeechLM, SpeechReply, SpeechRequest, as_bool, safe_name
 from cs3_tasks.recipe import adapter as recipe_adapter
 from cs3_tasks.recipe.transforms import Response
+from cs3_tasks.tts import COSYVOICE_MODEL_ENV  # the vocoder is the CosyVoice2 model the TTS uses
 
 log = logging.getLogger(__name__)
 
-COSYVOICE_MODEL_ENV = "CS3_COSYVOICE2_MODEL"  # same variable as cs3_tasks.tts uses for CosyVoice2
 
 INSTALL_HELP = """\
 cs3-vocalnet needs the official VocalNet inference code, which is not importable here ({cause}).
@@ -76,11 +76,13 @@ def load_inference_class(module_name: str, class_name: str):
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:  # omni_speech itself, or cosyvoice / whisper / hyperpyyaml it imports
-        raise VocalNetNotInstalled(INSTALL_HELP.format(cause=f"{type(error).__name__}: {error}",
-                                                       env=COSYVOICE_MODEL_ENV)) from error
+        raise VocalNetNotInstalled(
+            INSTALL_HELP.format(cause=f"{type(error).__name__}: {error}", env=COSYVOICE_MODEL_ENV)
+        ) from error
     if not hasattr(module, class_name):
-        raise VocalNetNotInstalled(INSTALL_HELP.format(cause=f"{module_name} has no {class_name}",
-                                                       env=COSYVOICE_MODEL_ENV))
+        raise VocalNetNotInstalled(
+            INSTALL_HELP.format(cause=f"{module_name} has no {class_name}", env=COSYVOICE_MODEL_ENV)
+        )
     return module, getattr(module, class_name)
 
 
@@ -98,10 +100,12 @@ SPEECH_HEAD_METHODS = ("predict", "predict_mtp", "predict_mtp_speculative", "pse
 
 def answer_only_speech_supported(model: Any) -> bool:
     config = getattr(model, "config", None)
-    return (getattr(model, "speech_generator", None) is not None
-            and "ar_mtp" in str(getattr(config, "speech_generator_type", ""))
-            and getattr(config, "speech_sos_token_id", None) is not None
-            and getattr(config, "speech_eos_token_id", None) is not None)
+    return (
+        getattr(model, "speech_generator", None) is not None
+        and "ar_mtp" in str(getattr(config, "speech_generator_type", ""))
+        and getattr(config, "speech_sos_token_id", None) is not None
+        and getattr(config, "speech_eos_token_id", None) is not None
+    )
 
 
 class RecipeGeneration:
@@ -118,7 +122,7 @@ class RecipeGeneration:
         self.original = model.generate
         self.answer_only_speech = answer_only_speech
         self.ids: list[int] | None = None
-        self.speech_from: int | None = None   # last call: first generated position the speech head read
+        self.speech_from: int | None = None  # last call: first generated position the speech head read
         model.generate = self.generate
 
     def generate(self, *args: Any, **kwargs: Any) -> Any:
@@ -149,11 +153,12 @@ class RecipeGeneration:
                 # an empty segment in the official framing ([sos] units [eos], sliced [:, 1:-1] by the caller)
                 empty = torch.tensor([[sos, eos]], dtype=torch.long, device=hidden.device)
                 return (empty, 1.0) if name == "predict_mtp_speculative" else empty
+
             return record
 
         patched = [name for name in SPEECH_HEAD_METHODS if hasattr(head, name)]
         for name in patched:
-            setattr(head, name, deferred(name))   # instance attributes shadow the class methods
+            setattr(head, name, deferred(name))  # instance attributes shadow the class methods
         try:
             yield
         finally:
@@ -165,10 +170,14 @@ class RecipeGeneration:
         import torch
 
         head = self.model.speech_generator
-        sizes = [call[1][0].shape[1] - 1 for call in calls]   # last row: the text-eos embedding
+        sizes = [call[1][0].shape[1] - 1 for call in calls]  # last row: the text-eos embedding
         if sum(sizes) != len(self.ids):
-            log.warning("cs3-vocalnet: the speech head read %d positions for %d generated tokens; "
-                        "speaking the whole sequence (CoR prefix included)", sum(sizes), len(self.ids))
+            log.warning(
+                "cs3-vocalnet: the speech head read %d positions for %d generated tokens; "
+                "speaking the whole sequence (CoR prefix included)",
+                sum(sizes),
+                len(self.ids),
+            )
             answer_start = 0
         self.speech_from = answer_start
         device = calls[0][1][0].device
@@ -178,11 +187,11 @@ class RecipeGeneration:
         for (name, (hidden, *rest), kwargs), size in zip(calls, sizes):
             skip, start = max(0, answer_start - start), start + size
             if skip >= size:
-                continue   # this segment is all CoR prefix
+                continue  # this segment is all CoR prefix
             if skip:
                 hidden = torch.cat([hidden[:, skip:size], hidden[:, size:]], dim=1)
             units = getattr(head, name)(hidden, *rest, **kwargs)
-            if isinstance(units, tuple):   # predict_mtp_speculative: (units, speed-up ratio)
+            if isinstance(units, tuple):  # predict_mtp_speculative: (units, speed-up ratio)
                 units, ratio = units[0], units[1]
                 ratios.append(ratio)
             pieces.append(units[:, 1:-1])
@@ -197,21 +206,29 @@ class RecipeAdapter:
         self.adapter_dir = adapter_dir
         recipe = recipe_adapter.read_recipe(adapter_dir)
         if recipe and recipe.get("backbone") != "vocalnet":
-            log.warning("cs3-vocalnet: adapter %s was trained on the %r backbone, not VocalNet: its LoRA "
-                        "loads onto VocalNet's LLM but it was trained behind another speech front-end",
-                        adapter_dir, recipe.get("backbone"))
+            log.warning(
+                "cs3-vocalnet: adapter %s was trained on the %r backbone, not VocalNet: its LoRA "
+                "loads onto VocalNet's LLM but it was trained behind another speech front-end",
+                adapter_dir,
+                recipe.get("backbone"),
+            )
         self.transforms = recipe_adapter.adapter_transforms(adapter_dir)
         self.postprocess = recipe_adapter.response_postprocessor(adapter_dir)
         self.tokenizer = recipe_adapter.adapter_tokenizer(adapter_dir)
         vocalnet.model = recipe_adapter.apply_adapter(vocalnet.model, adapter_dir)
         self.generation: RecipeGeneration | None = None
         if self.tokenizer is not None:
-            vocalnet.tokenizer = self.tokenizer   # VocalNet's own tokenizer does not know the recipe tokens
+            vocalnet.tokenizer = self.tokenizer  # VocalNet's own tokenizer does not know the recipe tokens
             answer_only = self.transforms.cor and answer_only_speech_supported(vocalnet.model)
-            if self.transforms.cor and getattr(vocalnet.model, "speech_generator", None) is not None \
-                    and not answer_only:
-                log.warning("cs3-vocalnet: speech generator type %r: the speech will include the CoR prefix",
-                            getattr(vocalnet.model.config, "speech_generator_type", None))
+            if (
+                self.transforms.cor
+                and getattr(vocalnet.model, "speech_generator", None) is not None
+                and not answer_only
+            ):
+                log.warning(
+                    "cs3-vocalnet: speech generator type %r: the speech will include the CoR prefix",
+                    getattr(vocalnet.model.config, "speech_generator_type", None),
+                )
             self.generation = RecipeGeneration(vocalnet.model, self.tokenizer, answer_only)
         self.last: Response | None = None
 
@@ -219,11 +236,13 @@ class RecipeAdapter:
         """The last generation as a recipe Response (CoR prefix removed, KH stripped from ``.text``)."""
         if self.generation is not None and self.generation.ids is not None:
             generated = recipe_adapter.decode_keeping_recipe_tokens(self.tokenizer, self.generation.ids)
-            self.generation.ids = None   # never reused for the next item
+            self.generation.ids = None  # never reused for the next item
         else:
             if self.generation is not None:
-                log.warning("cs3-vocalnet: no generated ids captured; using VocalNet's decoded text "
-                            "(recipe tokens already dropped)")
+                log.warning(
+                    "cs3-vocalnet: no generated ids captured; using VocalNet's decoded text "
+                    "(recipe tokens already dropped)"
+                )
             generated = official_text
         self.last = self.postprocess(generated)
         return self.last
@@ -257,8 +276,10 @@ class VocalNetLM(SpeechLM):
         module, cls = load_inference_class(infer_module, infer_class)
         vocoder = vocoder or os.environ.get(COSYVOICE_MODEL_ENV)
         if s2s and not vocoder:
-            raise ValueError(f"cs3-vocalnet: speech output needs the CosyVoice2-0.5B dir: vocoder=DIR "
-                             f"or ${COSYVOICE_MODEL_ENV} (or s2s=false for text only)")
+            raise ValueError(
+                f"cs3-vocalnet: speech output needs the CosyVoice2-0.5B dir: vocoder=DIR "
+                f"or ${COSYVOICE_MODEL_ENV} (or s2s=false for text only)"
+            )
         if prompt_speech:  # the official code reads its speaker prompt from this module global
             module.PROMPT_SPEECH = str(prompt_speech)
         options = {"s2s": s2s, "max_new_tokens": int(max_new_tokens), "temperature": float(temperature)}
@@ -268,7 +289,9 @@ class VocalNetLM(SpeechLM):
         self.vocalnet.__initilize__()  # (sic) the official method name: loads the LLM and the vocoder
         self.recipe = RecipeAdapter(self.vocalnet, self.adapter) if self.adapter else None
         if self.recipe is not None:
-            log.info("cs3-vocalnet: applied adapter %s (transforms: %s)", self.adapter, self.recipe.transforms.name)
+            log.info(
+                "cs3-vocalnet: applied adapter %s (transforms: %s)", self.adapter, self.recipe.transforms.name
+            )
         self.s2s = s2s
         self._scratch = tempfile.TemporaryDirectory(prefix="cs3-vocalnet-")
 
@@ -288,16 +311,18 @@ class VocalNetLM(SpeechLM):
             item_dir = Path(self._scratch.name) / safe_name(f"{req.task}-{req.qid}")
             (item_dir / "out").mkdir(parents=True, exist_ok=True)
             query = item_dir / f"{safe_name(req.qid)}.wav"
-            write_wav(query, self.query_audio(req, 16_000), 16_000)
+            write_wav(query, self.query_audio(req, SAMPLE_RATE), SAMPLE_RATE)
             self.vocalnet.set_audio_dir(str(item_dir / "out"))
             result = self.vocalnet([{"role": "user", "content": "<speech>", "path": str(query)}])
             text = str(result.get("text") or "")
             if self.recipe is not None:
                 text = self.recipe.response(text).text
-            audio, rate = None, 16_000
+            audio, rate = None, SAMPLE_RATE
             if self.s2s:
                 if not result.get("audio") or not Path(result["audio"]).exists():
-                    raise ItemError(f"{req.task}/{req.qid}: VocalNet returned no speech file ({result.get('audio')})")
+                    raise ItemError(
+                        f"{req.task}/{req.qid}: VocalNet returned no speech file ({result.get('audio')})"
+                    )
                 audio, rate = sf.read(result["audio"], dtype="float32", always_2d=False)
                 if audio.ndim == 2:
                     audio = audio.mean(axis=1)

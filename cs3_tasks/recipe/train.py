@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cs3_tasks.audio import SAMPLE_RATE
 from cs3_tasks.recipe.adapter import RECIPE_FILE, apply_adapter, decode_keeping_recipe_tokens
 from cs3_tasks.recipe.transforms import SPECIAL_TOKENS, TransformConfig, postprocess, transform_target
 
@@ -48,7 +49,8 @@ class LoraSettings:
     alpha: int = 16
     dropout: float = 0.05
     target_modules: list[str] | str = field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
 
 
 @dataclass
@@ -56,18 +58,18 @@ class TrainConfig:
     data: str
     output_dir: str
     backbone: str = "ours"
-    speech_folder: str | None = None          # root of relative speech paths; default: the data file's dir
+    speech_folder: str | None = None  # root of relative speech paths; default: the data file's dir
     cor: bool = False
     kh: bool = False
-    llm: str | None = None                    # ours: causal LM path / Hub id (e.g. Qwen/Qwen2.5-7B-Instruct)
-    speech_encoder: str | None = None         # ours: Whisper path / Hub id (e.g. openai/whisper-large-v3)
-    vocalnet_model: str | None = None         # vocalnet: a VocalNet checkpoint dir
+    llm: str | None = None  # ours: causal LM path / Hub id (e.g. Qwen/Qwen2.5-7B-Instruct)
+    speech_encoder: str | None = None  # ours: Whisper path / Hub id (e.g. openai/whisper-large-v3)
+    vocalnet_model: str | None = None  # vocalnet: a VocalNet checkpoint dir
     downsample: int = 5
     max_target_tokens: int = 512
     torch_dtype: str = "bfloat16"
     seed: int = 0
     lora: LoraSettings = field(default_factory=LoraSettings)
-    training: dict[str, Any] = field(default_factory=dict)   # transformers.TrainingArguments kwargs
+    training: dict[str, Any] = field(default_factory=dict)  # transformers.TrainingArguments kwargs
 
     def transforms(self) -> TransformConfig:
         return TransformConfig(cor=self.cor, kh=self.kh)
@@ -89,7 +91,7 @@ def load_config(path: str | os.PathLike, **overrides: Any) -> TrainConfig:
     training = dict(raw.pop("training", None) or {})
     ds = training.get("deepspeed")
     if isinstance(ds, str) and not Path(ds).is_absolute() and (Path(path).parent / ds).exists():
-        training["deepspeed"] = str((Path(path).parent / ds).resolve())   # relative to the config file
+        training["deepspeed"] = str((Path(path).parent / ds).resolve())  # relative to the config file
     cfg = TrainConfig(**raw, training=training, lora=LoraSettings(**lora))
     if cfg.backbone not in BACKBONES:
         raise RecipeConfigError(f"{path}: backbone must be one of {BACKBONES}, got {cfg.backbone!r}")
@@ -104,12 +106,13 @@ def load_config(path: str | os.PathLike, **overrides: Any) -> TrainConfig:
 class TrainExample:
     id: str
     speech: Path
-    target: str           # transformed (CoR / KH) training target
-    prompt_text: str      # text after <speech> in the human turn ("" for plain speech queries)
+    target: str  # transformed (CoR / KH) training target
+    prompt_text: str  # text after <speech> in the human turn ("" for plain speech queries)
 
 
-def load_examples(data_path: str | os.PathLike, speech_folder: str | os.PathLike | None,
-                  transforms: TransformConfig) -> list[TrainExample]:
+def load_examples(
+    data_path: str | os.PathLike, speech_folder: str | os.PathLike | None, transforms: TransformConfig
+) -> list[TrainExample]:
     """Training examples from a VocalNet-format JSON list; bad items raise naming the id."""
     data_path = Path(data_path)
     root = Path(speech_folder) if speech_folder else data_path.parent
@@ -142,8 +145,13 @@ def train_tokenizer(texts: list[str], vocab_size: int = 400):
     tok.decoder = decoders.Metaspace(prepend_scheme="never")
     base_special = ["<pad>", "<unk>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=base_special))
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>",
-                                   eos_token="<|im_end|>", bos_token="<|endoftext|>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        unk_token="<unk>",
+        eos_token="<|im_end|>",
+        bos_token="<|endoftext|>",
+    )
 
 
 def _without_recipe_tokens(text: str) -> str:
@@ -180,13 +188,13 @@ class SpeechCollator:
         from cs3_tasks.audio import load_audio
 
         audios = [load_audio(p) for p in paths]
-        return self.fe(audios, sampling_rate=16_000, return_tensors="pt").input_features
+        return self.fe(audios, sampling_rate=SAMPLE_RATE, return_tensors="pt").input_features
 
     def __call__(self, examples: list[TrainExample]) -> dict:
         import torch
 
         prompts = [self.prompt_ids(e.prompt_text) for e in examples]
-        prefix = prompts[0][0]   # the template head is the same for every row
+        prefix = prompts[0][0]  # the template head is the same for every row
         targets = [self._ids(e.target)[: self.max_target_tokens] + [self.tok.eos_token_id] for e in examples]
         suffix_ids, suffix_mask = self._pad([s for _, s in prompts])
         target_ids, target_mask = self._pad(targets)
@@ -217,16 +225,23 @@ class SpeechCollator:
 def lora_config(settings: LoraSettings, new_token_ids: list[int], embedding_names: tuple[str, ...]):
     from peft import LoraConfig
 
-    return LoraConfig(r=settings.r, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
-                      target_modules=settings.target_modules, task_type="CAUSAL_LM",
-                      trainable_token_indices={name: list(new_token_ids) for name in embedding_names})
+    return LoraConfig(
+        r=settings.r,
+        lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout,
+        target_modules=settings.target_modules,
+        task_type="CAUSAL_LM",
+        trainable_token_indices={name: list(new_token_ids) for name in embedding_names},
+    )
 
 
 def _embedding_names(llm) -> tuple[str, ...]:
     """Module names of the input embedding and (when untied) the output head, for trainable tokens."""
     names = []
     for name, module in llm.named_modules():
-        untied_head = module is llm.get_output_embeddings() and not getattr(llm.config, "tie_word_embeddings", False)
+        untied_head = module is llm.get_output_embeddings() and not getattr(
+            llm.config, "tie_word_embeddings", False
+        )
         if module is llm.get_input_embeddings() or untied_head:
             names.append(name.split(".")[-1])
     return tuple(names)
@@ -242,8 +257,13 @@ def build_speech_lm(cfg: TrainConfig, examples: list[TrainExample]):
         # trained on the texts without the recipe tokens: those must be added (and resized) as for a real LLM
         texts = [_without_recipe_tokens(e.target) for e in examples] + [e.prompt_text for e in examples]
         tokenizer = train_tokenizer(texts)
-        model = build_tiny_speech_lm(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id,
-                                     seed=cfg.seed, downsample=cfg.downsample)
+        model = build_tiny_speech_lm(
+            len(tokenizer),
+            tokenizer.pad_token_id,
+            tokenizer.eos_token_id,
+            seed=cfg.seed,
+            downsample=cfg.downsample,
+        )
     else:
         if not cfg.llm or not cfg.speech_encoder:
             raise RecipeConfigError("backbone `ours` needs `llm` and `speech_encoder` in the config")
@@ -252,8 +272,9 @@ def build_speech_lm(cfg: TrainConfig, examples: list[TrainExample]):
         tokenizer = AutoTokenizer.from_pretrained(cfg.llm)
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
-        model = build_pretrained_speech_lm(cfg.llm, cfg.speech_encoder, tokenizer, downsample=cfg.downsample,
-                                           torch_dtype=cfg.torch_dtype)
+        model = build_pretrained_speech_lm(
+            cfg.llm, cfg.speech_encoder, tokenizer, downsample=cfg.downsample, torch_dtype=cfg.torch_dtype
+        )
     model.base_vocab_size = model.llm.get_input_embeddings().num_embeddings
     new_ids = add_recipe_tokens(tokenizer, model.llm)
     model.freeze_encoder()
@@ -271,15 +292,22 @@ def save_adapter(model, tokenizer, out_dir: str | os.PathLike, cfg: TrainConfig)
     llm.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
     if hasattr(model, "projector"):
-        save_file({k: v.detach().cpu().contiguous() for k, v in model.projector.state_dict().items()},
-                  str(out / PROJECTOR_FILE))
+        save_file(
+            {k: v.detach().cpu().contiguous() for k, v in model.projector.state_dict().items()},
+            str(out / PROJECTOR_FILE),
+        )
     meta = {
-        "backbone": cfg.backbone, "llm": cfg.llm, "speech_encoder": cfg.speech_encoder,
-        "vocalnet_model": cfg.vocalnet_model, "downsample": cfg.downsample,
-        "transforms": {"cor": cfg.cor, "kh": cfg.kh}, "special_tokens": list(SPECIAL_TOKENS),
-        "lora": asdict(cfg.lora), "seed": cfg.seed,
+        "backbone": cfg.backbone,
+        "llm": cfg.llm,
+        "speech_encoder": cfg.speech_encoder,
+        "vocalnet_model": cfg.vocalnet_model,
+        "downsample": cfg.downsample,
+        "transforms": {"cor": cfg.cor, "kh": cfg.kh},
+        "special_tokens": list(SPECIAL_TOKENS),
+        "lora": asdict(cfg.lora),
+        "seed": cfg.seed,
     }
-    if cfg.backbone == "tiny":   # the tiny base is rebuilt from its seed + vocab size on reload
+    if cfg.backbone == "tiny":  # the tiny base is rebuilt from its seed + vocab size on reload
         meta["tiny_base_vocab"] = model.base_vocab_size
     (out / RECIPE_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False), encoding="utf-8")
     return out
@@ -296,11 +324,17 @@ def load_trained(adapter_dir: str | os.PathLike):
     meta = json.loads((adapter_dir / RECIPE_FILE).read_text(encoding="utf-8"))
     tokenizer = AutoTokenizer.from_pretrained(str(adapter_dir))
     if meta["backbone"] == "tiny":
-        model = build_tiny_speech_lm(meta["tiny_base_vocab"], tokenizer.pad_token_id, tokenizer.eos_token_id,
-                                     seed=meta["seed"], downsample=meta["downsample"])
+        model = build_tiny_speech_lm(
+            meta["tiny_base_vocab"],
+            tokenizer.pad_token_id,
+            tokenizer.eos_token_id,
+            seed=meta["seed"],
+            downsample=meta["downsample"],
+        )
     elif meta["backbone"] == "ours":
-        model = build_pretrained_speech_lm(meta["llm"], meta["speech_encoder"], tokenizer,
-                                           downsample=meta["downsample"])
+        model = build_pretrained_speech_lm(
+            meta["llm"], meta["speech_encoder"], tokenizer, downsample=meta["downsample"]
+        )
     else:
         raise RecipeConfigError(f"{adapter_dir}: VocalNet adapters are loaded by the cs3-vocalnet wrapper")
     model.llm = apply_adapter(model.llm, adapter_dir, merge=False)
@@ -309,8 +343,15 @@ def load_trained(adapter_dir: str | os.PathLike):
     return model, tokenizer, meta
 
 
-def generate(model, tokenizer, speech_paths: list[str | os.PathLike], transforms: TransformConfig,
-             *, prompt_text: str = "", max_new_tokens: int = 64):
+def generate(
+    model,
+    tokenizer,
+    speech_paths: list[str | os.PathLike],
+    transforms: TransformConfig,
+    *,
+    prompt_text: str = "",
+    max_new_tokens: int = 64,
+):
     """Responses (cs3_tasks.recipe.transforms.Response) for speech queries: CoR removed, KH stripped."""
     from cs3_tasks.recipe.model import SpeechLMParts, whisper_feature_extractor
 
@@ -339,7 +380,8 @@ def build_vocalnet(cfg: TrainConfig):
         raise RecipeConfigError(
             "backbone `vocalnet` needs the official VocalNet code importable as `omni_speech` "
             "(git clone https://github.com/SJTU-OmniAgent/VocalNet && pip install -e VocalNet); "
-            f"import failed: {exc}") from exc
+            f"import failed: {exc}"
+        ) from exc
     from peft import get_peft_model
 
     if not cfg.vocalnet_model:
@@ -350,7 +392,7 @@ def build_vocalnet(cfg: TrainConfig):
     device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if torch.cuda.is_available() else "cpu"
     tokenizer, model, _ = load_pretrained_model(cfg.vocalnet_model, None, s2s=True, device=device)
     new_ids = add_recipe_tokens(tokenizer, model)
-    model.requires_grad_(False)            # speech encoder, projector, speech generator stay frozen
+    model.requires_grad_(False)  # speech encoder, projector, speech generator stay frozen
     settings = LoraSettings(cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, LLM_LORA_TARGETS)
     return get_peft_model(model, lora_config(settings, new_ids, ("embed_tokens", "lm_head"))), tokenizer
 
@@ -374,10 +416,15 @@ class VocalNetCollator:
         for e in examples:
             prompt = self.tok.apply_chat_template(
                 [{"role": "user", "content": "<speech>" + ("\n" + e.prompt_text if e.prompt_text else "")}],
-                tokenize=False, add_generation_prompt=True)
+                tokenize=False,
+                add_generation_prompt=True,
+            )
             before, after = prompt.split("<speech>", 1)
-            p_ids = (self.tok(before, add_special_tokens=False)["input_ids"] + [self.speech_index]
-                     + self.tok(after, add_special_tokens=False)["input_ids"])
+            p_ids = (
+                self.tok(before, add_special_tokens=False)["input_ids"]
+                + [self.speech_index]
+                + self.tok(after, add_special_tokens=False)["input_ids"]
+            )
             t_ids = self.tok(e.target + self.tok.eos_token, add_special_tokens=False)["input_ids"]
             t_ids = t_ids[: self.max_target_tokens]
             rows.append(p_ids + t_ids)
@@ -394,20 +441,32 @@ class VocalNetCollator:
             label_t[i, : len(r)] = torch.tensor(lab)
             mask[i, : len(r)] = 1
         speech = torch.stack(mels)
-        return {"input_ids": input_ids, "attention_mask": mask, "labels": label_t, "speech": speech,
-                "speech_lengths": torch.full((len(rows),), speech.shape[1], dtype=torch.long)}
+        return {
+            "input_ids": input_ids,
+            "attention_mask": mask,
+            "labels": label_t,
+            "speech": speech,
+            "speech_lengths": torch.full((len(rows),), speech.shape[1], dtype=torch.long),
+        }
 
 
 def vocalnet_text_loss(model, inputs: dict):
     """LM loss only (stage-1 style): VocalNet's forward in training mode also needs speech units."""
     base = model.get_base_model()
     ids, pos, mask, _, embeds, labels = base.prepare_inputs_labels_for_speech_and_text(
-        inputs["input_ids"], None, inputs["attention_mask"], None, inputs["labels"],
-        inputs["speech"], inputs["speech_lengths"])
+        inputs["input_ids"],
+        None,
+        inputs["attention_mask"],
+        None,
+        inputs["labels"],
+        inputs["speech"],
+        inputs["speech_lengths"],
+    )
     # the plain causal-LM forward of the Qwen2/Llama parent class, through the LoRA-wrapped layers
     lm_cls = next(c for c in type(base).__mro__ if c.__name__ in ("Qwen2ForCausalLM", "LlamaForCausalLM"))
-    return lm_cls.forward(base, input_ids=ids, position_ids=pos, attention_mask=mask,
-                          inputs_embeds=embeds, labels=labels).loss
+    return lm_cls.forward(
+        base, input_ids=ids, position_ids=pos, attention_mask=mask, inputs_embeds=embeds, labels=labels
+    ).loss
 
 
 # ---------------------------------------------------------------------------------------------
@@ -431,7 +490,9 @@ def _trainer_class():
             return (out["loss"], out) if return_outputs else out["loss"]
 
         def _save(self, output_dir=None, state_dict=None):
-            save_adapter(self.model, self.recipe_tokenizer, output_dir or self.args.output_dir, self.recipe_cfg)
+            save_adapter(
+                self.model, self.recipe_tokenizer, output_dir or self.args.output_dir, self.recipe_cfg
+            )
 
     return RecipeTrainer
 
@@ -451,24 +512,38 @@ def train(cfg: TrainConfig) -> dict:
         collator = VocalNetCollator(tokenizer, cfg.max_target_tokens)
     else:
         model, tokenizer = build_speech_lm(cfg, examples)
-        collator = SpeechCollator(tokenizer, whisper_feature_extractor(model.encoder.config), SpeechLMParts(),
-                                  cfg.max_target_tokens)
+        collator = SpeechCollator(
+            tokenizer, whisper_feature_extractor(model.encoder.config), SpeechLMParts(), cfg.max_target_tokens
+        )
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log.info("trainable parameters: %d of %d", trainable, sum(p.numel() for p in model.parameters()))
-    targs = {"output_dir": cfg.output_dir, "remove_unused_columns": False, "report_to": [], "seed": cfg.seed,
-                 "save_strategy": "no", "logging_steps": 1}
+    targs = {
+        "output_dir": cfg.output_dir,
+        "remove_unused_columns": False,
+        "report_to": [],
+        "seed": cfg.seed,
+        "save_strategy": "no",
+        "logging_steps": 1,
+    }
     targs.update(cfg.training)
     args = TrainingArguments(**targs)
     trainer_cls = _trainer_class()
     trainer_cls.recipe_cfg, trainer_cls.recipe_tokenizer = cfg, tokenizer
-    trainer = trainer_cls(model=model, args=args, train_dataset=_ListDataset(examples), data_collator=collator)
+    trainer = trainer_cls(
+        model=model, args=args, train_dataset=_ListDataset(examples), data_collator=collator
+    )
     trainer.train()
     if trainer.is_world_process_zero():
         save_adapter(trainer.model, tokenizer, cfg.output_dir, cfg)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     trained = sorted({".".join(n.split(".")[:2]) for n, p in model.named_parameters() if p.requires_grad})
-    return {"output_dir": cfg.output_dir, "losses": losses, "examples": len(examples),
-            "trainable_parameters": trainable, "trainable_modules": trained}
+    return {
+        "output_dir": cfg.output_dir,
+        "losses": losses,
+        "examples": len(examples),
+        "trainable_parameters": trainable,
+        "trainable_modules": trained,
+    }
 
 
 class _ListDataset:

@@ -152,9 +152,9 @@ def transform_target(query_text: str | None, target: str, config: TransformConfi
 
 @dataclass(frozen=True)
 class Response:
-    text: str                   # what the user reads: CoR prefix removed, KH tokens stripped
-    speech_text: str            # what the speech generator receives: CoR prefix removed, KH kept
-    recognised: str | None      # the generated CoR prefix (None: CoR off, or no separator generated)
+    text: str  # what the user reads: CoR prefix removed, KH tokens stripped
+    speech_text: str  # what the speech generator receives: CoR prefix removed, KH kept
+    recognised: str | None  # the generated CoR prefix (None: CoR off, or no separator generated)
 
 
 def postprocess(generated: str, config: TransformConfig) -> Response:

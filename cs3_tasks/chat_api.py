@@ -1,0 +1,217 @@
+"""One client for OpenAI-compatible ``POST {base_url}/chat/completions`` endpoints.
+
+Used by the LLM judge (and the recipe's rewriter/checker through it), ``cs3-openai-audio`` and
+``cs3-cascade``'s endpoint LLM, so all of them fail and retry the same way:
+
+- one error type, ``EndpointError``, whose ``retryable`` says whether trying again may help;
+- one retry policy (``RetryPolicy``, ``call_with_retries``): timeouts, connection errors, HTTP
+  408/429/5xx and malformed bodies are retried with exponential backoff and jitter, honouring a server's
+  ``Retry-After`` up to the cap; other HTTP errors (400, 401, 404...) are not retried.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import requests
+import tenacity
+
+T = TypeVar("T")
+
+
+class EndpointError(RuntimeError):
+    """A request that did not give a usable reply. ``cause`` says why; ``raw`` keeps the reply text (if any)
+    for auditing; ``retryable`` says whether the retry policy tries again."""
+
+    def __init__(self, cause: str, *, retryable: bool, raw: str = "", retry_after: float | None = None):
+        super().__init__(cause)
+        self.cause, self.retryable, self.raw, self.retry_after = cause, retryable, raw, retry_after
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_retries: int = 3  # retries after the first attempt
+    backoff_initial: float = 1.0  # seconds before the first retry, doubled per retry (with jitter)
+    backoff_max: float = 30.0
+
+
+def is_retryable_status(status: int) -> bool:
+    """HTTP statuses worth retrying: request timeout, rate limit and server errors."""
+    return status in (408, 429) or status >= 500
+
+
+def chat_url(base_url: str) -> str:
+    """``{base_url}/chat/completions`` (a base URL that already ends so is kept), its query string
+    (e.g. ``?api-version=``) kept."""
+    parts = urlsplit(base_url)
+    path = parts.path.rstrip("/")
+    if not path.endswith("/chat/completions"):
+        path += "/chat/completions"
+    return urlunsplit(parts._replace(path=path))
+
+
+def snippet(text: str, limit: int = 200) -> str:
+    """``text`` on one line, cut to ``limit`` characters (for error messages)."""
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _retry_after(response: requests.Response) -> float | None:
+    try:
+        return float(response.headers.get("Retry-After", ""))
+    except ValueError:
+        return None
+
+
+def _read_body(response: requests.Response, deadline: float, timeout: float, max_bytes: int | None) -> bytes:
+    """The body, read under the request's deadline and size bound: each read returns what one socket read
+    gives (read1), so a server dripping bytes cannot keep the request open past the deadline."""
+    import urllib3
+
+    body = bytearray()
+    sock = getattr(getattr(response.raw, "connection", None), "sock", None)
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise EndpointError(
+                f"timeout after {timeout:g} s (whole request; {len(body)} bytes received)", retryable=True
+            )
+        try:
+            if sock is not None:
+                sock.settimeout(left)  # no single read waits past the deadline
+            chunk = response.raw.read1(65536, decode_content=True)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            if time.monotonic() >= deadline - 0.01:
+                raise EndpointError(
+                    f"timeout after {timeout:g} s (whole request; {len(body)} bytes received)", retryable=True
+                ) from exc
+            raise EndpointError(
+                f"connection error while reading the reply: {snippet(str(exc), 160)}", retryable=True
+            ) from exc
+        if not chunk:
+            return bytes(body)
+        body += chunk
+        if max_bytes is not None and len(body) > max_bytes:
+            raise EndpointError(
+                f"reply body larger than {max_bytes} bytes: not read further", retryable=False
+            )
+
+
+def post_chat(
+    url: str,
+    body: dict,
+    *,
+    api_key: str | None,
+    timeout: float,
+    session: requests.Session | None = None,
+    max_reply_bytes: int | None = None,
+) -> dict:
+    """One POST of a chat-completions ``body``, no retry: the reply's JSON object.
+
+    ``timeout`` bounds the whole request (connect, headers and body), not each read; a body over
+    ``max_reply_bytes`` is not read further. Raises EndpointError: retryable for a timeout, a connection
+    error, HTTP 408/429/5xx or a body that is not a JSON object; not retryable for other HTTP errors, an
+    oversized body and requests that cannot be sent.
+    """
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    post = (session or requests).post
+    deadline = time.monotonic() + timeout
+    try:
+        response = post(url, json=body, headers=headers, timeout=timeout, stream=True)
+        try:
+            raw_body = _read_body(response, deadline, timeout, max_reply_bytes)
+        finally:
+            response.close()
+    except requests.Timeout as exc:
+        raise EndpointError(f"timeout after {timeout:g} s ({type(exc).__name__})", retryable=True) from exc
+    except requests.ConnectionError as exc:
+        if time.monotonic() > deadline:  # a read that timed out inside the body surfaces as this
+            raise EndpointError(
+                f"timeout after {timeout:g} s ({type(exc).__name__})", retryable=True
+            ) from exc
+        raise EndpointError(f"connection error: {snippet(str(exc), 160)}", retryable=True) from exc
+    except requests.RequestException as exc:
+        raise EndpointError(f"request failed: {snippet(str(exc), 160)}", retryable=False) from exc
+    text = raw_body.decode(response.encoding or "utf-8", errors="replace")
+    status = response.status_code
+    if is_retryable_status(status):
+        raise EndpointError(
+            f"HTTP {status}: {snippet(text)}", retryable=True, retry_after=_retry_after(response)
+        )
+    if status >= 400:
+        raise EndpointError(f"HTTP {status} (not retried): {snippet(text)}", retryable=False)
+    try:
+        reply = json.loads(text)
+    except ValueError:
+        reply = None
+    if not isinstance(reply, dict):
+        raise EndpointError(f"malformed response body: {snippet(text)}", retryable=True, raw=text[:2000])
+    return reply
+
+
+def message_text(reply: dict) -> str:
+    """The text of ``choices[0].message.content`` (a string, or a list of text parts as some servers send).
+
+    Raises a retryable EndpointError when the reply has no such message.
+    """
+    try:
+        content = reply["choices"][0]["message"]["content"]
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):
+            return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        raise TypeError(f"message content is {type(content).__name__}")
+    except (KeyError, IndexError, TypeError, AttributeError) as exc:
+        text = json.dumps(reply, ensure_ascii=False, default=str)
+        raise EndpointError(
+            f"malformed response body: {snippet(text)}", retryable=True, raw=text[:2000]
+        ) from exc
+
+
+def _wait(policy: RetryPolicy) -> Callable[[tenacity.RetryCallState], float]:
+    """Exponential backoff with jitter; a server's Retry-After (429/503) is honoured up to backoff_max."""
+
+    def wait(state: tenacity.RetryCallState) -> float:
+        delay = min(policy.backoff_max, policy.backoff_initial * 2 ** (state.attempt_number - 1))
+        delay *= random.uniform(0.5, 1.0)
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, EndpointError) and exc.retry_after:
+            delay = max(delay, min(exc.retry_after, policy.backoff_max))
+        return delay
+
+    return wait
+
+
+def call_with_retries(attempt: Callable[[], T], policy: RetryPolicy) -> T:
+    """``attempt()``, tried again while it raises a retryable EndpointError, at most ``policy.max_retries``
+    more times; the last error (or a non-retryable one, at once) is raised."""
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(max(0, policy.max_retries) + 1),
+        wait=_wait(policy),
+        retry=tenacity.retry_if_exception(lambda e: isinstance(e, EndpointError) and e.retryable),
+        reraise=True,
+    )
+    return retrying(attempt)
+
+
+def chat(
+    url: str,
+    body: dict,
+    *,
+    api_key: str | None,
+    timeout: float,
+    policy: RetryPolicy,
+    session: requests.Session | None = None,
+) -> dict[str, Any]:
+    """``post_chat`` with the retry policy: the reply's JSON object, or the last EndpointError."""
+    return call_with_retries(
+        lambda: post_chat(url, body, api_key=api_key, timeout=timeout, session=session), policy
+    )

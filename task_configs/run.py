@@ -1,0 +1,74 @@
+"""What one lm-eval run shares across its cs3 tasks: the run's settings and each task's records.
+
+lm-eval builds every task of a run (calling each task's ``custom_dataset`` loader with the run's
+``--metadata``) before it filters any, then runs every task's filter, then the aggregations. `LmEvalRun`
+holds what crosses those phases:
+
+* ``settings``: the run's setting keys of ``--metadata`` (`SETTING_KEYS`), given by the loaders and
+  passed explicitly to whatever needs them (``utils.judge_config(settings)``, the ASR config);
+* ``records``: (variant, set) -> the compact records of a task, put by its filter, read by the cs-vs-en
+  aggregations of the English twin;
+* one summary per (kind, record content), so that the many aggregations of a task summarise once.
+
+Lifetime: a run starts with the first task loader after the previous run's filters (`LmEvalRun.load_task`),
+so records of an earlier run in the same process (e.g. the previous ``cs3-bench demo`` system) never leak
+into this run's comparison. The single instance `RUN` lives in this module, imported by name from
+``utils.py`` and ``conversation_utils.py`` however lm-eval loads those files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+SETTING_KEYS = (
+    "protocol",
+    "reference_scripts",
+    "asr_model",
+    "asr_backend",
+    "asr_short_clips",
+    "asr_device",
+    "judge",
+    "judge_model",
+    "judge_base_url",
+)
+_MAX_SUMMARIES = 64
+
+
+class LmEvalRun:
+    """Settings and per-task records of one lm-eval run (see the module docstring)."""
+
+    def __init__(self, settings: Mapping[str, Any] | None = None) -> None:
+        self.settings: dict[str, Any] = dict(settings or {})
+        self.records: dict[tuple[str, str], list[dict]] = {}
+        self._summaries: dict[str, dict] = {}
+
+    def load_task(self, metadata: Mapping[str, Any]) -> dict[str, Any]:
+        """Called by every task loader: starts a new run after filters ran; returns the settings."""
+        if self.records:  # the previous run's filters ran: this loader belongs to a new run
+            self.records.clear()
+            self._summaries.clear()
+        self.settings = {k: metadata[k] for k in SETTING_KEYS if k in metadata}
+        return self.settings
+
+    def put_records(self, variant: str, set_name: str, records: Sequence[dict]) -> None:
+        self.records[(variant, set_name)] = list(records)
+
+    def records_of(self, variant: str, set_name: str) -> list[dict] | None:
+        return self.records.get((variant, set_name))
+
+    def summary(self, kind: str, records: Sequence[Mapping], summarize: Callable[[list], dict]) -> dict:
+        """``summarize(records)``, computed once per record content (every aggregation of a task gets
+        the same records)."""
+        from cs3_tasks.cache import stable_key
+
+        key = stable_key(kind, list(records))
+        hit = self._summaries.get(key)
+        if hit is None:
+            if len(self._summaries) >= _MAX_SUMMARIES:
+                self._summaries.clear()
+            hit = self._summaries[key] = summarize([dict(r) for r in records])
+        return hit
+
+
+RUN = LmEvalRun()

@@ -1,0 +1,1 @@
+qwen2_chat_template = "fake qwen2 chat template"
