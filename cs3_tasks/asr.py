@@ -39,6 +39,11 @@ scoring's settings.json):
   (same features, suppressed tokens, timestamp rules and no-speech rule), so the transcripts are the
   per-clip ones, faster because CTranslate2 multiplies the matrices of the whole batch at once.
 
+Device (``device=`` / ``--asr-device`` / $CS3_ASR_DEVICE): "cpu", "cuda" or "cuda:N"; by default the GPU when
+CUDA is available (under a data-parallel launcher each rank takes its own, ``cuda:<LOCAL_RANK>``), else
+the CPU, whose cores the ranks on one machine share out. The batch size follows the device
+(``batch_size_for``). GPU transcripts (float16) are cached apart from CPU ones (int8).
+
 Clips whose window ends in an unfinished segment (faster-whisper decodes the rest again) and clips over
 30 s go through WhisperModel.transcribe one by one. Each transcript is cached as soon as its batch returns,
 so a kill loses at most the clips in flight.
@@ -58,7 +63,9 @@ import argparse
 import importlib.util
 import itertools
 import logging
+import math
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -95,6 +102,9 @@ class DecodingOptions:
     # Cap on generated tokens per second of audio (per 30 s window). Real speech needs < 8 tokens/s; on
     # unintelligible audio Whisper can loop until its 448-token limit, which costs seconds per clip.
     max_tokens_per_second: float = 15.0
+    # The duration that cap is computed from is rounded up to this step, and a batch holds clips of one cap
+    # only: where a looping clip stops is then a function of the clip, not of its batch neighbours.
+    cap_step_seconds: float = 2.0
     # A clip whose peak is below this level is silence: its transcript is "" without decoding (Whisper
     # writes "You" for 3 s of digital silence on its own, and other text when it is packed).
     silence_peak_dbfs: float = -60.0
@@ -102,7 +112,7 @@ class DecodingOptions:
     # set of clips transcribed together; module doc; $CS3_ASR_SHORT_CLIPS). In the cache key because the
     # two can give different transcripts; the batch size is not.
     short_clip_decoding: str = "batched"
-    # Only this much of a clip is transcribed (10 min of noise took 207 s of ASR); Transcript.note says so.
+    # Only this much of a clip is transcribed (the rest is cut); Transcript.note says so.
     max_audio_seconds: float = 180.0
 
 
@@ -119,7 +129,10 @@ PACK_MAX_CLIPS = 6
 PACK_MIN_LANGUAGE_PROBABILITY = 0.8
 PACK_WINDOWS_PER_CALL = 8  # windows encoded and beam-searched together
 _PACK_ROUNDS = 2  # unresolved clips are packed once more, by language, with other neighbours
-DEFAULT_BATCH_SIZE = 8  # clips per batched decode (faster-whisper)
+DEFAULT_BATCH_SIZE = 8  # clips per batched decode (faster-whisper) on a CPU
+# On a GPU the batch is bounded by memory, not cores (not measured here: no GPU on the development machines).
+GPU_BATCH_SIZE = 32
+DEVICE_ENV = "CS3_ASR_DEVICE"
 WHISPER_WINDOW_SECONDS = 30.0  # Whisper's encoder input: longer clips are decoded per clip
 # Generated tokens per 30 s window at most: Whisper's 448-token decoder context less its prompt.
 MAX_WINDOW_TOKENS = 440
@@ -139,8 +152,14 @@ def decoding_options(short_clips: str | None = None) -> DecodingOptions:
 
 
 def max_new_tokens(audio) -> int:
-    """The generation cap for one clip (16 kHz samples), at most Whisper's window limit."""
-    window_seconds = min(len(audio) / SAMPLE_RATE, WHISPER_WINDOW_SECONDS)
+    """The generation cap for one clip (16 kHz samples), at most Whisper's window limit.
+
+    The duration is rounded up to ``cap_step_seconds`` so that clips of similar length share one cap: a batch
+    holds clips of one cap only, so a looping clip stops where it would alone, whatever its neighbours.
+    """
+    step = DECODING.cap_step_seconds
+    seconds = math.ceil(len(audio) / SAMPLE_RATE / step) * step
+    window_seconds = min(seconds, WHISPER_WINDOW_SECONDS)
     return int(min(MAX_WINDOW_TOKENS, 32 + DECODING.max_tokens_per_second * window_seconds))
 
 
@@ -162,12 +181,14 @@ class AsrModelError(RuntimeError):
 
 @dataclass(frozen=True)
 class AsrConfig:
-    """Which ASR runs: backend, model (None: ``default_model(backend)``) and short-clip decoding
-    (None: $CS3_ASR_SHORT_CLIPS, else batched). ``backend`` None means ``default_backend()``."""
+    """Which ASR runs: backend, model (None: ``default_model(backend)``), short-clip decoding
+    (None: $CS3_ASR_SHORT_CLIPS, else batched) and device (None: ``asr_device()``). ``backend`` None
+    means ``default_backend()``."""
 
     backend: str | None = None
     model: str | None = None
     short_clips: str | None = None
+    device: str | None = None
 
     def resolved(self) -> AsrConfig:
         """Every field filled in from the environment and defaults (what a report records)."""
@@ -176,6 +197,7 @@ class AsrConfig:
             backend=backend,
             model=self.model or default_model(backend),
             short_clips=decoding_options(self.short_clips).short_clip_decoding,
+            device=self.device,
         )
 
 
@@ -185,7 +207,7 @@ def add_asr_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "ASR",
         f"Default: {DEFAULT_BACKEND} with the offline Whisper-base (else {PAPER_MODEL}). "
-        f"Environment: ${BACKEND_ENV}, ${MODEL_ENV}, ${SHORT_CLIPS_ENV}.",
+        f"Environment: ${BACKEND_ENV}, ${MODEL_ENV}, ${SHORT_CLIPS_ENV}, ${DEVICE_ENV}.",
     )
     group.add_argument(
         "--asr-model", default=None, help="ASR model name or path (default: cs3_tasks.asr.default_model())"
@@ -203,6 +225,12 @@ def add_asr_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"how faster-whisper decodes clips of at most 30 s (default: ${SHORT_CLIPS_ENV}, "
         f"else {DECODING.short_clip_decoding})",
     )
+    group.add_argument(
+        "--asr-device",
+        default=None,
+        help=f"cpu, cuda or cuda:N (default: ${DEVICE_ENV}, else this rank's GPU when CUDA is available, "
+        "else cpu)",
+    )
 
 
 def asr_config_from_args(args: argparse.Namespace) -> AsrConfig:
@@ -213,6 +241,7 @@ def asr_config_from_args(args: argparse.Namespace) -> AsrConfig:
         backend=backend,
         model=getattr(args, "asr_model", None),
         short_clips=getattr(args, "asr_short_clips", None),
+        device=getattr(args, "asr_device", None),
     )
 
 
@@ -319,18 +348,22 @@ def transcribe_batch(
     backend: str | None = None,
     use_cache: bool = True,
     progress: bool = True,
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    batch_size: int | None = None,
     short_clips: str | None = None,
+    device: str | None = None,
 ) -> list[Transcript]:
     """Transcribe every audio in order; ``language=None`` lets Whisper detect it per item.
 
     A per-item failure gives Transcript(text="", language=None, error="<cause>") and the rest
     continue. A model that cannot be loaded raises AsrModelError (nothing could be transcribed).
     ``backend`` None is ``default_backend()``; ``short_clips`` as ``decoding_options``.
-    ``batch_size`` is how many clips faster-whisper decodes together (1: one at a time).
+    ``batch_size`` is how many clips faster-whisper decodes together (1: one at a time; default from the
+    device). ``device``: "cpu", "cuda", "cuda:N" (default ``asr_device()``).
     """
     backend = backend or default_backend()
     _check_backend(backend)
+    device = asr_device(device)
+    batch_size = batch_size_for(device) if batch_size is None else batch_size
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     model_name = _joined(model or default_model(backend))
@@ -361,6 +394,7 @@ def transcribe_batch(
                         language,
                         asdict(options),
                         *([group_key] if packed else []),
+                        *(["float16"] if device != "cpu" else []),  # CPU keys as before GPU support
                     )
                     hit = cache.get(keys[i])
                     if hit is not None:
@@ -373,7 +407,7 @@ def transcribe_batch(
             pending = [i for group in groups for i in group if results[i] is None]
             todo = [pending[w : w + _MEMORY_CHUNK] for w in range(0, len(pending), _MEMORY_CHUNK)]
         if todo:
-            runner = _load_runner(backend, model_name)
+            runner = _load_runner(backend, model_name, device)
             bar = _progress_bar(sum(map(len, todo)), progress, len(audios))
             try:
                 for group in todo:
@@ -497,8 +531,10 @@ def _transcribe_chunk(
             else:
                 yield i, _noted(Transcript(text=out[0].strip(), language=out[1]), notes.get(i)), True
         short = unresolved
-    for b in range(0, len(short), batch_size):
-        batch = short[b : b + batch_size]
+    # Batches of one generation cap: a batch decodes up to one max_length, so mixed caps would let a clip's
+    # neighbours decide where it stops (short is sorted by length, so equal caps are consecutive).
+    same_cap = [list(run) for _, run in itertools.groupby(short, key=lambda item: max_new_tokens(item[1]))]
+    for batch in (run[b : b + batch_size] for run in same_cap for b in range(0, len(run), batch_size)):
         try:
             outputs = batched([audio for _, audio in batch], language)
         except Exception as exc:  # noqa: BLE001 - retried per clip below, so one bad clip fails alone
@@ -707,55 +743,75 @@ _RUNNERS_LOCK = threading.Lock()
 
 
 def cpu_threads() -> int:
-    """CPU cores this process may use (faster-whisper's thread count)."""
+    """CPU cores this process may use (faster-whisper's thread count): the ranks of a data-parallel launch
+    on one machine share the cores."""
+    from cs3_tasks.distributed import cpu_threads_per_process
+
+    return cpu_threads_per_process()
+
+
+def asr_device(requested: str | None = None) -> str:
+    """The ASR device, "cpu", "cuda" or "cuda:N": ``requested``, else $CS3_ASR_DEVICE, else the GPU when CUDA
+    is available
+    (``cuda:<LOCAL_RANK>`` under a data-parallel launcher, so that each rank transcribes on its own),
+    else "cpu". A CUDA request without CUDA is an error (say --asr-device cpu)."""
+    choice = str(requested or os.environ.get(DEVICE_ENV) or "auto").strip().lower()
+    gpus = _cuda_device_count()
+    if choice == "auto":
+        if gpus == 0:
+            return "cpu"
+        launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0')) % gpus}" if launched else "cuda"
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", choice):
+        raise ValueError(
+            f"ASR device must be cpu, cuda or cuda:N, not {requested or os.environ.get(DEVICE_ENV)!r}"
+        )
+    if choice.startswith("cuda") and gpus == 0:
+        raise AsrModelError(f"ASR device {choice} requested but no CUDA device is visible; use cpu")
+    return choice
+
+
+def batch_size_for(device: str) -> int:
+    """Clips decoded together: bounded by cores on a CPU, by memory on a GPU."""
+    return DEFAULT_BATCH_SIZE if device == "cpu" else GPU_BATCH_SIZE
+
+
+def _cuda_device_count() -> int:
     try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+        import ctranslate2
+
+        return int(ctranslate2.get_cuda_device_count())
+    except (ImportError, RuntimeError):
+        pass
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except ImportError:
+        return 0
 
 
-def load_runner(backend: str | None = None, model: str | None = None) -> Runner:
+def load_runner(backend: str | None = None, model: str | None = None, device: str | None = None) -> Runner:
     """The loaded model (once per process) that ``transcribe_batch`` would use, for direct calls."""
     backend = backend or default_backend()
     _check_backend(backend)
-    return _load_runner(backend, model or default_model(backend))
+    return _load_runner(backend, model or default_model(backend), asr_device(device))
 
 
-def _load_runner(backend: str, model_name: str) -> Runner:
+def _load_runner(backend: str, model_name: str, device: str = "cpu") -> Runner:
     if backend == "faster-whisper":
-        device, compute_type = _faster_whisper_device()
+        compute_type = "int8" if device == "cpu" else "float16"  # int8 on CPU: ~2x faster than float32
         key = (backend, model_name, device, compute_type)
         with _RUNNERS_LOCK:
             if key not in _RUNNERS:
                 _RUNNERS[key] = _FasterWhisperRunner(model_name, device, compute_type)
             return _RUNNERS[key]
-    device = _torch_device()
-    key = (backend, model_name, device, "fp16" if device == "cuda" else "fp32")
+    key = (backend, model_name, device, "fp32" if device == "cpu" else "fp16")
     runner_class = _TransformersWhisperRunner if backend == "transformers" else _OpenAIWhisperRunner
     with _RUNNERS_LOCK:
         if key not in _RUNNERS:
             _RUNNERS[key] = runner_class(model_name, device)
         return _RUNNERS[key]
-
-
-def _faster_whisper_device() -> tuple[str, str]:
-    try:
-        import ctranslate2
-
-        if ctranslate2.get_cuda_device_count() > 0:
-            return "cuda", "float16"
-    except (ImportError, RuntimeError):
-        pass
-    return "cpu", "int8"  # int8 on CPU: faster than float32, same transcripts in practice
-
-
-def _torch_device() -> str:
-    try:
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    except ImportError:
-        return "cpu"
 
 
 class _FasterWhisperRunner:
@@ -765,8 +821,13 @@ class _FasterWhisperRunner:
         except ImportError as exc:
             raise AsrModelError("faster-whisper is not installed: pip install faster-whisper") from exc
         try:
+            kind, _, index = device.partition(":")
             self.model = WhisperModel(
-                model_name, device=device, compute_type=compute_type, cpu_threads=cpu_threads()
+                model_name,
+                device=kind,
+                device_index=int(index or 0),
+                compute_type=compute_type,
+                cpu_threads=cpu_threads(),
             )
         except Exception as exc:  # re-raised with the cause and a remedy
             raise AsrModelError(
@@ -811,8 +872,8 @@ class _FasterWhisperRunner:
         some = next(iter(tokenizers.values()))
         prompts = [tokenizers[lang].sot_sequence for lang in languages]  # sot, language, transcribe
         caps = [max_new_tokens(audio) for audio in audios]
-        # One max_length for the batch (the caller sorts clips by length, so caps are close); each
-        # result is trimmed to its own cap below.
+        # One max_length for the batch: the caller batches clips of one cap (each result is still trimmed
+        # to its own cap below, for direct callers).
         results = self._generate(encoded, prompts, len(prompts[0]) + max(caps), some)
         out = []
         for audio, result, cap, lang in zip(audios, results, caps, languages):
@@ -1017,7 +1078,7 @@ class _OpenAIWhisperRunner:
                 "(python -c \"import whisper; whisper.load_model('large-v3')\") and copy "
                 "~/.cache/whisper/*.pt here, or pass the .pt path as the model."
             ) from exc
-        self.fp16 = device == "cuda"
+        self.fp16 = device.startswith("cuda")
 
     def transcribe(self, audio, language: str | None) -> tuple[str, str | None]:
         result = self.model.transcribe(

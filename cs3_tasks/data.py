@@ -42,10 +42,12 @@ REQUIRED_FIELDS = {
     "knowledge_en": ("Qid", "Question", "Answer", "Category"),
     "open_ended": ("Qid", "Question", "Answer", "Source"),
 }
-# kept when present (2 of the 362 published knowledge items have no Question_zh), None otherwise
+# kept when present, None otherwise. Question_zh / Question_en are ours (the authors' source has them, the
+# Hub's knowledge config does not; 2 of the 362 items have no Question_zh). knowledge_en's Source is the Hub's
+# column: the authors' source file has none, so it is taken from the knowledge twin (same Qid, same question).
 OPTIONAL_FIELDS = {
     "knowledge": ("Question_zh", "Question_en"),
-    "knowledge_en": (),
+    "knowledge_en": ("Source",),
     "open_ended": (),
 }
 
@@ -102,6 +104,10 @@ def load_source(source_dir: Path, sets: tuple[str, ...] | list[str] = SETS) -> d
         _check_twins(
             result["knowledge"], result["knowledge_en"], qids["knowledge"], qids["knowledge_en"], problems
         )
+        sources = {item["Qid"]: item["Source"] for item in result["knowledge"]}
+        for item in result["knowledge_en"]:
+            if item.get("Source") is None:
+                item["Source"] = sources.get(item["Qid"])
     if problems:
         raise SourceError(problems)
     return result

@@ -158,6 +158,17 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", default="cs3", help="lm-eval tasks or groups (default: cs3)")
     parser.add_argument("--asr-model", default=None, help="ASR model (default: the offline Whisper-base)")
     parser.add_argument("--no-judge", action="store_true", help="keyword stage only, even if a judge is set")
+    parser.add_argument(
+        "--protocol",
+        choices=("reference", "cs3"),
+        default="reference",
+        help="scoring protocol (default reference: the authors' scoring; cs3: our audit protocol)",
+    )
+    parser.add_argument(
+        "--reference-scripts",
+        default=None,
+        help="the authors' VocalBench-zh checkout, for the reference judge prompts ($CS3_REFERENCE_SCRIPTS)",
+    )
     parser.add_argument("--limit", type=int, default=None, help="items per task (lm-eval --limit)")
 
 
@@ -170,7 +181,9 @@ def run_demo(args: argparse.Namespace) -> int:
     if not systems:
         print(f"error: no demo systems found in {responses}", file=sys.stderr)
         return 2
-    metadata: dict[str, Any] = {"dataset": args.dataset}
+    metadata: dict[str, Any] = {"dataset": args.dataset, "protocol": getattr(args, "protocol", "reference")}
+    if getattr(args, "reference_scripts", None):
+        metadata["reference_scripts"] = str(args.reference_scripts)
     if args.asr_model:
         metadata["asr_model"] = args.asr_model
     if args.no_judge:

@@ -1,7 +1,13 @@
 """Reading what a model produced: one `ModelOutput` per Qid, from the authors' layout or ours.
 
-Authors' layout: ``json/<set>.json`` (JSON lines {Qid, Response}) + ``wav/<Qid>.wav``.
-Ours: ``<set>.jsonl`` (JSON lines {Qid, text, audio}; audio relative to the outputs dir or absolute).
+Authors' layout: ``json/cs_<set>.json`` or ``json/<set>.json`` (one JSON array, as their writer makes it,
+or JSON lines; rows {Qid, Response}) + ``wav/cs_<set>/<Qid>.wav``, ``wav/<set>/<Qid>.wav`` or
+``wav/<Qid>.wav``
+(no ``wav/`` folder: a text-only model); ``json_asr/cs_<set>.json`` ({Qid, Response_hyp}) holds given
+transcripts (`read_given_transcripts`). The file names and the array-or-lines reading are
+`cs3_tasks.reference`'s (one home for the authors' layout).
+Ours: ``<set>.jsonl`` (JSON lines {Qid, text, audio}; audio relative to the outputs dir or absolute), and/or
+the per-rank shards ``<set>.rank<k>.jsonl`` of a data-parallel run (read as their union).
 Problems of single items (bad JSON line, empty response, missing wav) are carried on the item
 (``ModelOutput.problem``); only a missing or ambiguous outputs directory raises.
 """
@@ -9,10 +15,11 @@ Problems of single items (bad JSON line, empty response, missing wav) are carrie
 from __future__ import annotations
 
 import codecs
+import glob
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +40,7 @@ class ModelOutput:
     text: str | None  # text-channel response
     audio: AudioSource | None  # speech-channel response (path/bytes/array) or None (text-only model)
     problem: str | None = None  # input problem found while reading (missing wav, empty response, ...)
+    transcript: str | None = None  # a given transcript of the speech (--use-given-transcripts): no ASR
 
 
 def audio_label(audio: Any) -> str | None:
@@ -72,39 +80,110 @@ def read_outputs(
     """
     if set_name not in known_sets:
         check_set(set_name)
+    from cs3_tasks import reference
+
     outputs_dir = Path(outputs_dir)
-    authors = outputs_dir / "json" / f"{set_name}.json"
-    ours = outputs_dir / f"{set_name}.jsonl"
-    if authors.is_file() and ours.is_file():
+    if set_name in reference.SETS:
+        authors = reference.authors_outputs_file(outputs_dir, set_name)
+    else:  # another task's set (e.g. the conversation set): json/<set>.json
+        authors = outputs_dir / "json" / f"{set_name}.json"
+        authors = authors if authors.is_file() else None
+    ours = output_files(outputs_dir, set_name)
+    if authors is not None and ours:
         raise ValueError(
-            f"{outputs_dir}: both {authors.name} (authors' layout) and {ours.name} exist; keep one"
+            f"{outputs_dir}: both {authors.name} (authors' layout) and {ours[0].name} exist; keep one"
         )
-    if authors.is_file():
-        return _read_lines(authors, outputs_dir, authors_layout=True)
-    if ours.is_file():
-        return _read_lines(ours, outputs_dir, authors_layout=False)
+    if authors is not None:
+        return _read_rows(authors, outputs_dir, set_name, authors_layout=True)
+    if ours:
+        return read_output_union(ours, outputs_dir, set_name)
+    stem = reference.AUTHORS_SET_FILES.get(set_name, set_name)
     raise FileNotFoundError(
-        f"no outputs for set {set_name!r} in {outputs_dir}: expected json/{set_name}.json + wav/<Qid>.wav "
-        f"(authors' layout) or {set_name}.jsonl"
+        f"no outputs for set {set_name!r} in {outputs_dir}: expected json/{stem}.json (or "
+        f"json/{set_name}.json) + wav/{stem}/<Qid>.wav (authors' layout) or {set_name}.jsonl"
     )
+
+
+def find_output_sets(outputs_dir: Path, known_sets: Sequence[str] = SETS) -> list[str]:
+    """The sets an outputs folder holds, in either layout, in ``known_sets`` order (for ``--set all``)."""
+    from cs3_tasks import reference
+
+    outputs_dir = Path(outputs_dir)
+    authors = set(reference.find_authors_sets(outputs_dir))
+    return [name for name in known_sets if name in authors or output_files(outputs_dir, name)]
+
+
+def read_given_transcripts(outputs_dir: Path, set_name: str) -> dict[str, str | None]:
+    """Qid -> ``Response_hyp`` of ``json_asr/cs_<set>.json`` (the authors' transcripts); FileNotFoundError
+    when absent. A row without usable text maps to None (the speech channel of that item is then missing)."""
+    from cs3_tasks import reference
+
+    given = reference.read_given_transcripts(outputs_dir, set_name)
+    return {qid: row["transcript"] for qid, row in given.items() if not qid.startswith("<")}
+
+
+def output_files(outputs_dir: Path, set_name: str) -> list[Path]:
+    """Our layout's files of one set, oldest first: ``<set>.jsonl`` and the shards ``<set>.rank<k>.jsonl``
+    that rank k of a data-parallel run writes. Empty when there is none."""
+    outputs_dir = Path(outputs_dir)
+    files = [outputs_dir / f"{set_name}.jsonl"]
+    files += [
+        path
+        for path in outputs_dir.glob(f"{glob.escape(set_name)}.rank*.jsonl")
+        if re.fullmatch(r"rank\d+", path.suffixes[-2].lstrip(".") if len(path.suffixes) > 1 else "")
+    ]
+    return sorted(
+        (path for path in files if path.is_file()), key=lambda path: (path.stat().st_mtime_ns, path.name)
+    )
+
+
+def read_output_union(files: Sequence[Path], outputs_dir: Path, set_name: str) -> dict[str, ModelOutput]:
+    """The union of several files of one set (the shards of a data-parallel run), ``files`` oldest first.
+
+    The ranks of one run answer disjoint Qids; a Qid in several files (shards of runs with different
+    process counts in one folder) takes its row from the newest file, as a re-run's row replaces an older
+    one within a file."""
+    union: dict[str, ModelOutput] = {}
+    for path in files:
+        union.update(_read_rows(Path(path), Path(outputs_dir), set_name, authors_layout=False))
+    return union
 
 
 _QID_IN_BROKEN_LINE = re.compile(r'"Qid"\s*:\s*"([^"]+)"')
 
 
-def _read_lines(path: Path, outputs_dir: Path, *, authors_layout: bool) -> dict[str, ModelOutput]:
+def _rows(path: Path) -> Iterator[tuple[int | None, str | UnicodeDecodeError | Any]]:
+    """(line number, text of the line, or its UTF-8 decoding error) of a JSON-lines file (`decoded_lines`),
+    or (None, element) of a JSON array."""
+    content = Path(path).read_bytes()
+    if content.startswith(codecs.BOM_UTF8):
+        content = content[len(codecs.BOM_UTF8) :]
+    if content.lstrip().startswith(b"["):
+        try:
+            whole = json.loads(content.decode("utf-8"))
+        except ValueError:  # not UTF-8 or not one JSON document: read line by line below
+            whole = None
+        if isinstance(whole, list):
+            yield from ((None, element) for element in whole)
+            return
+    yield from decoded_lines(path)
+
+
+def _read_rows(
+    path: Path, outputs_dir: Path, set_name: str, *, authors_layout: bool
+) -> dict[str, ModelOutput]:
     outputs: dict[str, ModelOutput] = {}
-    lines = decoded_lines(path)
-    for line_no, line in lines:
-        if isinstance(line, str):
-            output = _parse_line(line, line_no, path, outputs_dir, authors_layout)
+    for index, (line_no, line) in enumerate(_rows(path)):
+        where = f"line {line_no}" if line_no is not None else f"element {index}"
+        if line_no is None:  # an element of a JSON array, parsed like a line
+            line = json.dumps(line, ensure_ascii=False)
+        if isinstance(line, UnicodeDecodeError):
+            output = _undecodable_line(line, where, path, outputs_dir, set_name, authors_layout)
         else:
-            output = _undecodable_line(line, line_no, path, outputs_dir, authors_layout)
+            output = _parse_line(line, where, path, outputs_dir, set_name, authors_layout)
         if output.qid in outputs:  # keep the first answer, say so on it
             first = outputs[output.qid]
-            first.problem = join_problems(
-                first.problem, f"duplicate Qid: line {line_no} of {path.name} ignored"
-            )
+            first.problem = join_problems(first.problem, f"duplicate Qid: {where} of {path.name} ignored")
             continue
         outputs[output.qid] = output
     return outputs
@@ -145,18 +224,27 @@ def _encoding_hint(raw: bytes) -> str:
 
 
 def _undecodable_line(
-    exc: UnicodeDecodeError, line_no: int, path: Path, outputs_dir: Path, authors_layout: bool
+    exc: UnicodeDecodeError,
+    row_name: str,
+    path: Path,
+    outputs_dir: Path,
+    set_name: str,
+    authors_layout: bool,
 ) -> ModelOutput:
-    where = f"{path.name} line {line_no}"
+    where = f"{path.name} {row_name}"
     found = _QID_IN_BROKEN_LINE.search(exc.object.decode("utf-8", errors="replace"))
     qid = found.group(1) if found else f"<{where}>"
-    audio, audio_problem = _authors_wav(outputs_dir, qid) if (authors_layout and found) else (None, None)
+    audio, audio_problem = (
+        _authors_wav(outputs_dir, set_name, qid) if (authors_layout and found) else (None, None)
+    )
     problem = f"{where} is not UTF-8 (byte {exc.start}){_encoding_hint(exc.object)}: expected UTF-8"
     return ModelOutput(qid, None, audio, join_problems(problem, audio_problem))
 
 
-def _parse_line(line: str, line_no: int, path: Path, outputs_dir: Path, authors_layout: bool) -> ModelOutput:
-    where = f"{path.name} line {line_no}"
+def _parse_line(
+    line: str, row_name: str, path: Path, outputs_dir: Path, set_name: str, authors_layout: bool
+) -> ModelOutput:
+    where = f"{path.name} {row_name}"
     try:
         row = json.loads(line)
         if not isinstance(row, dict):
@@ -164,7 +252,9 @@ def _parse_line(line: str, line_no: int, path: Path, outputs_dir: Path, authors_
     except (ValueError, TypeError) as exc:
         found = _QID_IN_BROKEN_LINE.search(line)
         qid = found.group(1) if found else f"<{where}>"
-        audio, audio_problem = _authors_wav(outputs_dir, qid) if (authors_layout and found) else (None, None)
+        audio, audio_problem = (
+            _authors_wav(outputs_dir, set_name, qid) if (authors_layout and found) else (None, None)
+        )
         return ModelOutput(qid, None, audio, join_problems(f"bad JSON in {where}: {exc}", audio_problem))
     qid = row.get("Qid")
     if not isinstance(qid, str) or not qid.strip():
@@ -185,16 +275,27 @@ def _parse_line(line: str, line_no: int, path: Path, outputs_dir: Path, authors_
         text, repair = repair_text(text)
         problem = join_problems(problem, repair)
     if authors_layout:
-        audio, audio_problem = _authors_wav(outputs_dir, qid)
+        audio, audio_problem = _authors_wav(outputs_dir, set_name, qid)
     else:
         audio, audio_problem = _our_audio(outputs_dir, row.get("audio"))
     return ModelOutput(qid, text, audio, join_problems(problem, audio_problem))
 
 
-def _authors_wav(outputs_dir: Path, qid: str) -> tuple[str | None, str | None]:
+def _authors_wav(outputs_dir: Path, set_name: str, qid: str) -> tuple[str | None, str | None]:
+    from cs3_tasks import reference
+
+    if not (outputs_dir / "wav").is_dir():
+        return None, None  # no wav/ folder at all: a text-only model, the speech channel is not applicable
+    stem = reference.AUTHORS_SET_FILES.get(set_name, set_name)
+    if "/" in qid or "\\" in qid or qid in (".", ".."):
+        return None, f"Qid {qid!r} cannot name a wav file"
+    for folder in dict.fromkeys([stem, set_name]):
+        wav = outputs_dir / "wav" / folder / f"{qid}.wav"
+        if wav.is_file():
+            return str(wav), None
     wav = outputs_dir / "wav" / f"{qid}.wav"
     if not wav.is_file():
-        return None, f"missing wav: wav/{qid}.wav"
+        return None, f"missing wav: wav/{stem}/{qid}.wav (or wav/{qid}.wav)"
     return str(wav), None
 
 

@@ -792,7 +792,7 @@ def score_reference_set(
 # headline numbers
 
 
-def _bounded_mean(values: Sequence[float | None], low: float, high: float) -> dict:
+def bounded_mean(values: Sequence[float | None], low: float, high: float) -> dict:
     """Mean over the known values; with missing ones, the bounds (all missing at ``low`` / at ``high``)."""
     known = [float(v) for v in values if v is not None]
     missing = len(values) - len(known)
@@ -829,20 +829,20 @@ def summarize_reference(set_name: str, records: Sequence[Mapping]) -> dict:
     }
     if set_name == "open_ended":
         judged = [r for r in scored if any(r.get(a) is not None or r.get(f"{a}_error") for a in ASPECTS)]
-        summary["avg_relevance"] = _bounded_mean([r["relevance"] for r in judged], *SCORE_RANGE)
-        summary["relevance_rate"] = _bounded_mean(
+        summary["avg_relevance"] = bounded_mean([r["relevance"] for r in judged], *SCORE_RANGE)
+        summary["relevance_rate"] = bounded_mean(
             [None if r["relevance"] is None else float(r["relevance"] > UNDERSTOOD_ABOVE) for r in judged],
             0,
             1,
         )
-        summary["avg_semantic"] = _bounded_mean([r["semantic"] for r in judged], *SCORE_RANGE)
+        summary["avg_semantic"] = bounded_mean([r["semantic"] for r in judged], *SCORE_RANGE)
         summary["unjudged"] = len(scored) - len(judged)
         return summary
-    summary["accuracy"] = _bounded_mean(
+    summary["accuracy"] = bounded_mean(
         [None if r["correct"] is None else float(r["correct"]) for r in scored], 0, 1
     )
     summary["by_category"] = {
-        category: _bounded_mean(
+        category: bounded_mean(
             [
                 None if r["correct"] is None else float(r["correct"])
                 for r in scored

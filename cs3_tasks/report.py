@@ -34,6 +34,7 @@ COLUMNS = (
     "lsa_speech",
     "understanding_text",
     "understanding_speech",
+    "protocol",
 )
 HEADERS = {
     "model": "model",
@@ -50,6 +51,7 @@ HEADERS = {
     "lsa_speech": "LSA speech",
     "understanding_text": "understood text",
     "understanding_speech": "understood speech",
+    "protocol": "protocol",
 }
 
 
@@ -101,7 +103,9 @@ def leaderboard_rows(models: Mapping[str, Mapping[str, dict]]) -> list[dict]:
     for model, summaries in models.items():
         cs, en, oe = summaries.get("knowledge"), summaries.get("knowledge_en"), summaries.get("open_ended")
         comparison = compare_cs_en(cs or {}, en or {})
-        row: dict = {"model": model}
+        # the scoring protocol of the model's summaries ("reference", "cs3"; "mixed" when they differ)
+        protocols = sorted({s.get("protocol") or "cs3" for s in summaries.values() if s})
+        row: dict = {"model": model, "protocol": protocols[0] if len(protocols) == 1 else "mixed"}
         for ch in CHANNELS:
             row[f"acc_{ch}_cs"] = _value(((cs or {}).get(ch) or {}).get("accuracy"))
             row[f"acc_{ch}_en"] = _value(((en or {}).get(ch) or {}).get("accuracy"))
@@ -143,7 +147,7 @@ def _cell(value: float | str | None) -> str:
 def leaderboard_markdown(rows: Sequence[dict]) -> str:
     lines = [
         "| " + " | ".join(HEADERS[c] for c in COLUMNS) + " |",
-        "| " + " | ".join("---" if c == "model" else "---:" for c in COLUMNS) + " |",
+        "| " + " | ".join("---" if c in ("model", "protocol") else "---:" for c in COLUMNS) + " |",
     ]
     lines += [
         "| " + " | ".join(row.get(f"{c}_incomplete") or _cell(row[c]) for c in COLUMNS) + " |" for row in rows
@@ -155,7 +159,8 @@ def leaderboard_markdown(rows: Sequence[dict]) -> str:
             "drop = acc(en) - acc(cs) "
             "(points); preserve = acc(cs) / acc(en). PSR and LSA pool the code-switched sets (knowledge, "
             "open_ended); understood = share of open-ended items with relevance > 3. n/a = not applicable "
-            "(e.g. speech of a text-only model) or set not scored."
+            "(e.g. speech of a text-only model) or set not scored. protocol: reference = the authors' "
+            "scoring (quote these next to the paper), cs3 = our stricter audit scoring."
         ),
     ]
     return "\n".join(lines + notes) + "\n"

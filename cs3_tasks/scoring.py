@@ -29,13 +29,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cs3_tasks.data import KNOWLEDGE_SETS, SETS, check_set
-from cs3_tasks.outputs import ModelOutput, audio_label, join_problems, read_outputs
+from cs3_tasks.outputs import (
+    ModelOutput,
+    audio_label,
+    find_output_sets,
+    join_problems,
+    read_given_transcripts,
+    read_outputs,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from cs3_tasks.asr import AsrConfig
     from cs3_tasks.judge import JudgeConfig, Verdict
 
 CHANNELS = ("text", "speech")
+# "reference": the authors' scoring (cs3_tasks.reference: their prompts read from their scripts, raw keyword
+# test, startswith / first-[0-5] parsing with 10 asks, every item in the denominator); "cs3": our stricter
+# audit protocol (normalised keywords within punctuation-separated spans, strict parsing, judge errors
+# excluded and counted). Both produce the record schema below.
+PROTOCOLS = ("reference", "cs3")
+DEFAULT_PROTOCOL = "reference"
 
 
 def _zh_en_pair():
@@ -56,17 +69,30 @@ JUDGE_CHUNK_RECORDS = 32
 
 # "empty": the model answered with nothing (counted as not correct); "missing": no response on this
 # channel at all (no output for the Qid, unreadable output, text-only model): excluded and counted.
-STATUSES = ("keyword", "judge_correct", "judge_wrong", "judge_error", "unresolved", "empty", "missing")
+# "judge_unparsed" (reference protocol): no reply in 10 asks had a verdict; counted wrong, as their code does.
+STATUSES = (
+    "keyword",
+    "judge_correct",
+    "judge_wrong",
+    "judge_unparsed",
+    "judge_error",
+    "unresolved",
+    "empty",
+    "missing",
+)
 
 
 # ---------------------------------------------------------------------------------------------
 # scoring
 
 
-def blank_record(set_name: str, qid: str, category: str | None, problem: str | None) -> dict:
+def blank_record(
+    set_name: str, qid: str, category: str | None, problem: str | None, protocol: str = "cs3"
+) -> dict:
     record: dict[str, Any] = {
         "qid": qid,
         "set": set_name,
+        "protocol": protocol,
         "category": category,
         "problem": problem,
         "text": None,
@@ -121,8 +147,14 @@ def note_keys(set_name: str) -> dict:
     return notes
 
 
-def _keyword_hit(set_name: str, doc: Mapping, response: str) -> bool:
+def _keyword_hit(set_name: str, doc: Mapping, response: str, protocol: str = "cs3") -> bool:
     from cs3_tasks import metrics
+
+    if protocol == "reference":
+        from cs3_tasks import reference
+
+        fields = ("Answer_zh", "Answer_en") if set_name == "knowledge" else ("Answer",)
+        return reference.keyword_hit(set_name, {f: doc.get(f) or "" for f in fields}, response)
 
     if set_name == "knowledge":
         return bool(
@@ -160,10 +192,18 @@ class _JudgeJob:
 
 
 def _run_judge_jobs(
-    set_name: str, jobs: Sequence[_JudgeJob], config: JudgeConfig, progress: bool = False
+    set_name: str,
+    jobs: Sequence[_JudgeJob],
+    config: JudgeConfig,
+    progress: bool = False,
+    templates: Any = None,
 ) -> list[Verdict]:
-    """Judge all jobs, one judge call per aspect (the judge sends identical prompts once, concurrently)."""
+    """Judge all jobs, one judge call per aspect (the judge sends identical prompts once, concurrently).
+    ``templates`` (`reference.ReferenceTemplates`): judge as the authors' code does (reference protocol)."""
     from cs3_tasks import judge
+
+    if templates is not None:
+        return _run_reference_jobs(set_name, jobs, config, templates, progress)
 
     verdicts: list[Verdict | None] = [None] * len(jobs)
     by_aspect: dict[str | None, list[int]] = defaultdict(list)
@@ -181,12 +221,42 @@ def _run_judge_jobs(
     return verdicts  # type: ignore[return-value]
 
 
+def _run_reference_jobs(
+    set_name: str, jobs: Sequence[_JudgeJob], config: JudgeConfig, templates: Any, progress: bool
+) -> list:
+    """The reference protocol's judge (`reference.judge_knowledge` / `judge_open_ended`) for the jobs, whose
+    items are (doc, response) pairs; verdicts are `reference.ReferenceVerdict` (value, raw, asks,
+    fallback)."""
+    from cs3_tasks import reference
+
+    verdicts: list = [None] * len(jobs)
+    by_aspect: dict[str | None, list[int]] = defaultdict(list)
+    for i, job in enumerate(jobs):
+        by_aspect[job.aspect].append(i)
+    for aspect, indices in by_aspect.items():
+        items = [jobs[i].item for i in indices]
+        if aspect is None:
+            answers = reference.judge_knowledge(set_name, items, templates, config, progress=progress)
+        else:
+            answers = reference.judge_open_ended(items, aspect, templates, config, progress=progress)
+        for i, verdict in zip(indices, answers):
+            verdicts[i] = verdict
+    return verdicts
+
+
 def _apply_verdict(record: dict, job: _JudgeJob, verdict: Verdict) -> None:
     ch = job.channel
-    record[f"{ch}_judge_note" if job.aspect is None else f"{ch}_{job.aspect}_note"] = verdict.note
+    note = getattr(verdict, "note", None)  # what was cut to bound the judge exchange
+    record[f"{ch}_judge_note" if job.aspect is None else f"{ch}_{job.aspect}_note"] = note
+    asks = getattr(verdict, "asks", None)  # reference protocol: replies asked for, and the fallback flag
     if job.aspect is None:
         record[f"{ch}_judge_raw"] = verdict.raw
-        if verdict.error or verdict.value is None:
+        if asks is not None:
+            record[f"{ch}_judge_asks"] = asks
+        if asks is not None and not verdict.error and verdict.fallback:
+            # no verdict in 10 replies: their code counts the item wrong
+            record[f"{ch}_status"], record[f"{ch}_correct"] = "judge_unparsed", False
+        elif verdict.error or verdict.value is None:
             record[f"{ch}_judge_error"] = verdict.error or "judge_error: no verdict"
             record[f"{ch}_status"], record[f"{ch}_correct"] = "judge_error", None
         else:
@@ -196,6 +266,9 @@ def _apply_verdict(record: dict, job: _JudgeJob, verdict: Verdict) -> None:
         return
     aspect = job.aspect
     record[f"{ch}_{aspect}_raw"] = verdict.raw
+    if asks is not None:
+        record[f"{ch}_{aspect}_asks"] = asks
+        record[f"{ch}_{aspect}_fallback"] = bool(verdict.fallback and not verdict.error)
     if verdict.error or verdict.value is None:
         record[f"{ch}_{aspect}_error"] = verdict.error or "judge_error: no score"
     else:
@@ -203,21 +276,31 @@ def _apply_verdict(record: dict, job: _JudgeJob, verdict: Verdict) -> None:
     if aspect == "relevance":
         from cs3_tasks import metrics
 
-        record[f"{ch}_understood"] = metrics.understood(record[f"{ch}_relevance"])  # relevance > 3
+        relevance = record[f"{ch}_relevance"]
+        if asks is not None:  # reference protocol: their scores run 0-5 ([0] is accepted)
+            record[f"{ch}_understood"] = None if relevance is None else relevance > 3
+        else:
+            record[f"{ch}_understood"] = metrics.understood(relevance)  # relevance > 3
 
 
 def _channel_keyword(
-    record: dict, set_name: str, doc: Mapping, ch: str, response: str | None, judge_enabled: bool
+    record: dict,
+    set_name: str,
+    doc: Mapping,
+    ch: str,
+    response: str | None,
+    judge_enabled: bool,
+    protocol: str = "cs3",
 ) -> bool:
     """Keyword stage of one channel; True when the judge is still needed."""
     if response is None:
         return False  # status stays "missing"
-    if not response.strip():
+    if protocol == "cs3" and not response.strip():
         # The model said nothing: a wrong answer, not an excluded item (else silence would raise accuracy).
         record[f"{ch}_keyword_hit"] = False
         record[f"{ch}_status"], record[f"{ch}_correct"] = "empty", False
         return False
-    hit = _keyword_hit(set_name, doc, response)
+    hit = _keyword_hit(set_name, doc, response, protocol)
     record[f"{ch}_keyword_hit"] = hit
     if hit:
         record[f"{ch}_status"], record[f"{ch}_correct"] = "keyword", True
@@ -309,20 +392,27 @@ def transcribe_outputs(
     indices = [
         i
         for i, (doc, output) in enumerate(pairs)
-        if doc is not None and output is not None and output.audio is not None
+        if doc is not None
+        and output is not None
+        and (output.audio is not None or getattr(output, "transcript", None) is not None)
     ]
-    if not indices:
+    given = [i for i in indices if getattr(pairs[i][1], "transcript", None) is not None]
+    for i in given:  # --use-given-transcripts: the authors' json_asr transcript stands for the ASR
+        records[i]["transcript"] = pairs[i][1].transcript
+    to_transcribe = [i for i in indices if i not in set(given)]
+    if not to_transcribe:
         return indices
     config = asr or asr_module.AsrConfig()
     transcripts = asr_module.transcribe_batch(
-        [pairs[i][1].audio for i in indices],
+        [pairs[i][1].audio for i in to_transcribe],
         language=language,
         model=config.model,
         backend=config.backend,
         short_clips=config.short_clips,
+        device=config.device,
         progress=progress,
     )
-    for i, transcript in zip(indices, transcripts):
+    for i, transcript in zip(to_transcribe, transcripts):
         record = records[i]
         if transcript.error:
             record["asr_error"] = transcript.error
@@ -354,8 +444,15 @@ def score_batch(
     judge: JudgeConfig | None = None,
     progress: bool = True,
     on_record: Callable[[dict], None] | None = None,
+    protocol: str = DEFAULT_PROTOCOL,
+    templates: Any = None,
+    reference_scripts: str | Path | None = None,
 ) -> list[dict]:
     """Per-item records (keys: docs/architecture.md) for ``outputs`` against ``docs``.
+
+    ``protocol``: "reference" (the authors' scoring; its judge prompts are ``templates``, else read from
+    ``reference_scripts`` / $CS3_REFERENCE_SCRIPTS / the pinned download before any work when a judge is
+    set) or "cs3" (see PROTOCOLS).
 
     One record per doc (a doc without output: problem "no output", channels "missing") and one per
     output whose Qid is not among ``docs`` (problem "unknown Qid"), docs first, in order. ``judge=None``
@@ -364,10 +461,21 @@ def score_batch(
     transcribes the speech (``asr_model`` / ``asr_backend`` fill in its fields when given).
     """
     check_set(set_name)
+    check_protocol(protocol)
+    if protocol == "reference" and judge is not None and templates is None:
+        from cs3_tasks import reference
+
+        templates = reference.load_templates(reference_scripts)  # fail fast, before ASR and judge work
+    reference_templates = templates if protocol == "reference" else None
 
     def blank(qid: str, doc: Mapping | None, problem: str | None) -> dict:
         category = doc.get("Category") if doc is not None and set_name in KNOWLEDGE_SETS else None
-        return blank_record(set_name, qid, category, problem)
+        return blank_record(set_name, qid, category, problem, protocol)
+
+    def item(doc: Mapping, response: str, aspect: str | None):
+        if reference_templates is not None:
+            return (doc, response)
+        return _judge_item(set_name, doc, response, aspect)
 
     records, pairs = pair_outputs(set_name, docs, outputs, doc_id=lambda doc: str(doc["Qid"]), blank=blank)
 
@@ -389,15 +497,14 @@ def score_batch(
             continue
         if open_ended:
             if judge_enabled:
-                text_jobs += [
-                    _JudgeJob(i, "text", a, _judge_item(set_name, doc, output.text, a))
-                    for a in OPEN_ENDED_ASPECTS
-                ]
-        elif _channel_keyword(records[i], set_name, doc, "text", output.text, judge_enabled):
-            text_jobs.append(_JudgeJob(i, "text", None, _judge_item(set_name, doc, output.text, None)))
+                text_jobs += [_JudgeJob(i, "text", a, item(doc, output.text, a)) for a in OPEN_ENDED_ASPECTS]
+        elif _channel_keyword(records[i], set_name, doc, "text", output.text, judge_enabled, protocol):
+            text_jobs.append(_JudgeJob(i, "text", None, item(doc, output.text, None)))
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cs3-text-judge")
     text_future: Future | None = (
-        pool.submit(_run_judge_jobs, set_name, text_jobs, judge) if text_jobs else None
+        pool.submit(_run_judge_jobs, set_name, text_jobs, judge, False, reference_templates)
+        if text_jobs
+        else None
     )
 
     try:
@@ -421,11 +528,10 @@ def score_batch(
             if open_ended:
                 if judge_enabled:
                     speech_jobs += [
-                        _JudgeJob(i, "speech", a, _judge_item(set_name, doc, transcript, a))
-                        for a in OPEN_ENDED_ASPECTS
+                        _JudgeJob(i, "speech", a, item(doc, transcript, a)) for a in OPEN_ENDED_ASPECTS
                     ]
-            elif _channel_keyword(records[i], set_name, doc, "speech", transcript, judge_enabled):
-                speech_jobs.append(_JudgeJob(i, "speech", None, _judge_item(set_name, doc, transcript, None)))
+            elif _channel_keyword(records[i], set_name, doc, "speech", transcript, judge_enabled, protocol):
+                speech_jobs.append(_JudgeJob(i, "speech", None, item(doc, transcript, None)))
 
         # text verdicts (judged while the ASR ran); waiting here keeps the judge's bound on requests in flight
         if text_future is not None:
@@ -443,7 +549,7 @@ def score_batch(
         for chunk in _maybe_progress(chunks, progress, "judge (speech)"):
             members = set(chunk)
             jobs = [job for job in speech_jobs if job.index in members]
-            for job, verdict in zip(jobs, _run_judge_jobs(set_name, jobs, judge)):
+            for job, verdict in zip(jobs, _run_judge_jobs(set_name, jobs, judge, False, reference_templates)):
                 _apply_verdict(records[job.index], job, verdict)
             for i in chunk:
                 emit(i)
@@ -452,6 +558,12 @@ def score_batch(
     for i in range(len(records)):
         emit(i)
     return records
+
+
+def check_protocol(protocol: str) -> None:
+    """ValueError naming the choices when ``protocol`` is not one of PROTOCOLS."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
 
 
 def _maybe_progress(items: list, progress: bool, desc: str) -> Iterable:
@@ -682,7 +794,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="outputs dir: json/<set>.json + wav/<Qid>.wav (authors) or <set>.jsonl (ours)",
     )
-    parser.add_argument("--set", required=True, choices=SETS, dest="set_name")
+    parser.add_argument(
+        "--set",
+        required=True,
+        choices=(*SETS, "all"),
+        dest="set_name",
+        help="the set to score; all: every set found in --outputs (one summary each + cs-vs-en)",
+    )
+    parser.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        default=DEFAULT_PROTOCOL,
+        help="reference (default): the authors' scoring, comparable with the paper; cs3: our stricter audit "
+        "protocol (normalised keywords, strict parsing, judge errors excluded and counted)",
+    )
+    parser.add_argument(
+        "--reference-scripts",
+        default=None,
+        help="the authors' VocalBench-zh checkout (or its utils/) for the reference judge prompts "
+        "(default: $CS3_REFERENCE_SCRIPTS, else the pinned download, cached)",
+    )
+    parser.add_argument(
+        "--use-given-transcripts",
+        action="store_true",
+        help="score the speech channel on json_asr/cs_<set>.json's Response_hyp instead of running ASR",
+    )
     parser.add_argument("--out", required=True, type=Path, help="result dir (records, summary)")
     parser.add_argument(
         "--dataset",
@@ -703,35 +839,71 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     judge.add_judge_arguments(parser)
 
 
-def run_settings(asr: AsrConfig, asr_language: str | None, judge_config: JudgeConfig | None) -> dict:
-    """What the records of a run depend on (ASR, its language hint and decoding, the judge)."""
+def run_settings(
+    asr: AsrConfig,
+    asr_language: str | None,
+    judge_config: JudgeConfig | None,
+    protocol: str = "cs3",
+    reference_scripts: Any = None,
+    given_transcripts: bool = False,
+) -> dict:
+    """What the records of a run depend on (protocol, ASR, its language hint and decoding, the judge); a
+    reference run adds `reference.protocol_settings` (scripts, comparability with the paper)."""
     from dataclasses import asdict
 
     from cs3_tasks import asr as asr_module
 
     resolved = asr.resolved()
-    return {
-        "asr_model": resolved.model,
-        "asr_backend": resolved.backend,
-        "asr_language": asr_language,
-        "asr_decoding": asdict(asr_module.decoding_options(resolved.short_clips)),
-        "judge": None
-        if judge_config is None
-        else {
-            "base_url": judge_config.public_base_url,
-            "model": judge_config.model,
-            "temperature": judge_config.temperature,
-        },
-    }
+    settings: dict[str, Any] = {"protocol": protocol}
+    settings.update(
+        {
+            "asr_model": "given transcripts (json_asr Response_hyp)" if given_transcripts else resolved.model,
+            "asr_backend": None if given_transcripts else resolved.backend,
+            "asr_language": asr_language,
+            "asr_decoding": None
+            if given_transcripts
+            else asdict(asr_module.decoding_options(resolved.short_clips)),
+            "judge": None
+            if judge_config is None
+            else {
+                "base_url": judge_config.public_base_url,
+                "model": judge_config.model,
+                "temperature": judge_config.temperature,
+            },
+        }
+    )
+    if protocol == "reference":
+        from cs3_tasks import reference
+
+        settings.update(
+            reference.protocol_settings(
+                reference_scripts, judge_config, settings["asr_backend"], resolved.model
+            )
+        )
+    return settings
 
 
-def run(args: argparse.Namespace) -> int:
-    """``cs3-bench score``: holds the result dir's lock (taken once the inputs are read) until every file
-    of the run is written."""
-    from contextlib import ExitStack
+def protocol_asr(asr: AsrConfig, protocol: str, chosen: bool = False) -> AsrConfig:
+    """The reference protocol's default ASR (transformers + openai/whisper-large-v3) where that model can be
+    loaded and no ASR was chosen (options or environment); otherwise ``asr`` (the summary then says the speech
+    channel is not comparable to the paper)."""
+    import os
+    from dataclasses import replace
 
-    with ExitStack() as held:
-        return score_run(args, held)
+    from cs3_tasks import asr as asr_module
+    from cs3_tasks import reference
+
+    chosen = (
+        chosen
+        or bool(asr.model)
+        or bool(os.environ.get(asr_module.MODEL_ENV) or os.environ.get(asr_module.BACKEND_ENV))
+        or (asr.backend is not None and asr.backend != asr_module.default_backend())
+    )
+    if protocol != "reference" or chosen:
+        return asr
+    if not reference.reference_asr_available():
+        return asr
+    return replace(asr, backend=reference.REFERENCE_ASR_BACKEND, model=reference.REFERENCE_ASR_MODEL)
 
 
 def system_identity(args: argparse.Namespace) -> dict:
@@ -742,68 +914,77 @@ def system_identity(args: argparse.Namespace) -> dict:
     }
 
 
-def score_run(args: argparse.Namespace, held) -> int:
-    from cs3_tasks import asr, data, judge, summary
+def run(args: argparse.Namespace) -> int:
+    """``cs3-bench score``: holds the result dir's lock until every file of the run is written."""
+    from contextlib import ExitStack
 
-    set_name = args.set_name
-    out = Path(args.out)
+    with ExitStack() as held:
+        return score_run(args, held)
+
+
+def score_run(args: argparse.Namespace, held) -> int:
+    from cs3_tasks import asr, judge, reference, summary
+
+    protocol = getattr(args, "protocol", "cs3")
     try:
         judge_config = judge.judge_config_from_args(args)  # fails before any work starts
-        asr_config = asr.asr_config_from_args(args)
+        chosen = bool(getattr(args, "asr_backend", None) or getattr(args, "asr_model", None))
+        asr_config = protocol_asr(asr.asr_config_from_args(args), protocol, chosen)
     except (judge.JudgeConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    try:
-        docs = data.load_docs(set_name, args.dataset)
-        outputs = read_outputs(args.outputs, set_name)
-    except (OSError, ValueError, RuntimeError) as exc:  # no dataset / no outputs: nothing to score
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    settings = run_settings(asr_config, ASR_LANGUAGE_HINT[set_name], judge_config)
-    settings.update(system_identity(args))
-    store = RecordsFile(out, set_name)
-    try:
-        held.enter_context(result_dir_lock(out, wait=getattr(args, "wait", False)))
-        store.open(settings, restart=args.restart)
-    except (SettingsMismatchError, ResultDirBusy) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    templates = None
+    if protocol == "reference" and judge_config is not None:
+        try:  # the judge prompts are read now: a missing copy fails before any ASR or judge work
+            templates = reference.load_templates(getattr(args, "reference_scripts", None))
+        except reference.ReferenceScriptsError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    if args.set_name == "all":
+        set_names = find_output_sets(args.outputs)
+        if not set_names:
+            print(
+                f"error: no outputs of any set ({', '.join(SETS)}) in {args.outputs}: expected "
+                "json/cs_<set>.json (authors' layout) or <set>.jsonl",
+                file=sys.stderr,
+            )
+            return 2
+    else:
+        set_names = [args.set_name]
+    out = Path(args.out)
+    locked: list[bool] = []
 
-    def score(pending_docs: list[Mapping], pending_outputs: list[ModelOutput], append) -> None:
-        score_batch(
-            set_name,
-            pending_docs,
-            pending_outputs,
-            asr=asr_config,
-            judge=judge_config,
-            progress=not args.no_progress,
-            on_record=append,
-        )
+    def lock() -> None:
+        """One run at a time per result dir (a second waits with --wait, or is refused): taken once, when
+        the first set's inputs are read, so a run that cannot start leaves no result dir behind."""
+        if not locked:
+            held.enter_context(result_dir_lock(out, wait=getattr(args, "wait", False)))
+            locked.append(True)
 
-    try:
-        final = store.score_pending(docs, outputs, score, doc_id=lambda doc: str(doc["Qid"]), label=set_name)
-    except judge.JudgeAuthError as exc:  # every request would fail the same way: stop, keep what is done
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    result = summary.summarize(set_name, final)
-    result["model"] = args.model_name or Path(args.outputs).resolve().name
-    result["settings"] = settings
-    summaries = {set_name: result}
+    summaries: dict[str, dict] = {}
+    records: list[dict] = []
+    for set_name in set_names:
+        scored = _run_set(args, set_name, protocol, asr_config, judge_config, templates, lock)
+        if isinstance(scored, int):
+            return scored
+        summaries[set_name], final = scored
+        records += final
+    model = system_identity(args)["model"]
     for other in summary.CS_EN_PAIR:  # the other knowledge set, when this result dir has it
-        if other != set_name and set_name in summary.CS_EN_PAIR:
-            summaries[other] = summary.read_summary(out, other)
-            if (summaries[other] or {}).get("model") != result["model"]:  # another system (--restart)
-                summaries[other] = None
-    if summary.attach_cs_vs_en(summaries) is not None:
-        for other, other_summary in summaries.items():
-            if other != set_name:
-                summary.write_summary(out, other_summary)
-    print(summary.write_summary(out, result))
-    failed, asked = judge_failures(final)
+        if other not in summaries and any(s in summary.CS_EN_PAIR for s in summaries):
+            found = summary.read_summary(out, other)
+            if found is not None and found.get("model") == model:  # never another system's (--restart)
+                summaries[other] = found
+    summary.attach_cs_vs_en(summaries)
+    for set_name, result in summaries.items():
+        markdown = summary.write_summary(out, result)
+        if set_name in set_names:
+            print(markdown)
+    failed, asked = judge_failures(records)
     if 2 * failed > asked:
         print(
-            f"error: {failed} of {asked} judge verdicts of this run failed (see the *_error fields of "
-            f"{store.path}); the summary is incomplete. Re-run to retry them.",
+            f"error: {failed} of {asked} judge verdicts of this run failed (see the *_error fields of the "
+            f"records in {out}); the summary is incomplete. Re-run to retry them.",
             file=sys.stderr,
         )
         return 3
@@ -823,3 +1004,68 @@ def judge_failures(records: Iterable[Mapping]) -> tuple[int, int]:
                 asked += error or value is not None
                 failed += error
     return failed, asked
+
+
+def _run_set(
+    args: argparse.Namespace,
+    set_name: str,
+    protocol: str,
+    asr_config: AsrConfig,
+    judge_config: JudgeConfig | None,
+    templates: Any,
+    lock: Callable[[], None],
+) -> tuple[dict, list[dict]] | int:
+    """Score one set of ``args.outputs`` into ``args.out``: its summary and records, or an exit code on a
+    setup error."""
+    from cs3_tasks import data, judge, summary
+
+    out = Path(args.out)
+    given = bool(getattr(args, "use_given_transcripts", False))
+    try:
+        docs = data.load_docs(set_name, args.dataset)
+        outputs = read_outputs(args.outputs, set_name)
+        if given:
+            transcripts = read_given_transcripts(args.outputs, set_name)
+            for qid, output in outputs.items():
+                output.transcript = transcripts.get(qid)
+                if output.transcript is None:
+                    output.problem = join_problems(output.problem, "no given transcript (json_asr)")
+    except (OSError, ValueError, RuntimeError) as exc:  # no dataset / no outputs: nothing to score
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    scripts = templates.scripts if templates is not None else None
+    settings = run_settings(
+        asr_config, ASR_LANGUAGE_HINT[set_name], judge_config, protocol, scripts, given_transcripts=given
+    )
+    settings.update(system_identity(args))
+    store = RecordsFile(out, set_name)
+    try:
+        lock()
+        store.open(settings, restart=args.restart)
+    except (SettingsMismatchError, ResultDirBusy) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    def score(pending_docs: list[Mapping], pending_outputs: list[ModelOutput], append) -> None:
+        score_batch(
+            set_name,
+            pending_docs,
+            pending_outputs,
+            asr=asr_config,
+            judge=judge_config,
+            progress=not args.no_progress,
+            on_record=append,
+            protocol=protocol,
+            templates=templates,
+        )
+
+    try:
+        final = store.score_pending(docs, outputs, score, doc_id=lambda doc: str(doc["Qid"]), label=set_name)
+    except judge.JudgeAuthError as exc:  # every request would fail the same way: stop, keep what is done
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    result = summary.summarize(set_name, final, protocol=protocol)
+    result["model"] = args.model_name or Path(args.outputs).resolve().name
+    result["settings"] = settings
+    summary.add_comparability(result, settings)
+    return result, final

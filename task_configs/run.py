@@ -21,7 +21,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-SETTING_KEYS = ("asr_model", "asr_backend", "asr_short_clips", "judge", "judge_model", "judge_base_url")
+SETTING_KEYS = (
+    "protocol",
+    "reference_scripts",
+    "asr_model",
+    "asr_backend",
+    "asr_short_clips",
+    "asr_device",
+    "judge",
+    "judge_model",
+    "judge_base_url",
+)
 _MAX_SUMMARIES = 64
 # lm-eval hands a task loader its --metadata merged with the model's model_args and the YAML's metadata,
 # so keys we do not know are legitimate; a key that looks like ours (judge_*, or a near miss) is a typo.

@@ -14,9 +14,12 @@ Flow of one task (e.g. ``cs3_knowledge``):
    ``cs3_tasks.scoring.summarize`` over the task's records, so lm-eval reports exactly the numbers of
    ``cs3-bench score``. A channel that does not apply (no speech from a text-only model) gives NaN.
 
-Run settings (``--metadata`` keys, all optional): ``dataset``, ``asr_model``, ``asr_backend``,
-``asr_short_clips``, ``judge`` (a preset name of cs3_tasks.judge, "env", or "none"), ``judge_model``,
-``judge_base_url``. Without ``judge`` the judge joins when $CS3_JUDGE_MODEL or $CS3_JUDGE_BASE_URL is set.
+Run settings (``--metadata`` keys, all optional): ``protocol`` ("reference", the default: the authors'
+scoring; "cs3": our audit protocol), ``reference_scripts`` (the authors' VocalBench-zh checkout for the
+reference judge prompts; default $CS3_REFERENCE_SCRIPTS, else the pinned download), ``dataset``,
+``asr_model``, ``asr_backend``, ``asr_short_clips``, ``asr_device``, ``judge`` (a preset name of
+cs3_tasks.judge, "env", or "none"), ``judge_model``, ``judge_base_url``. Without ``judge`` the judge joins
+when $CS3_JUDGE_MODEL or $CS3_JUDGE_BASE_URL is set.
 The loaders hand the settings to the run (``run.RUN``, which also keeps each task's records for the
 cs-vs-en aggregations); the filters pass them on explicitly.
 """
@@ -45,7 +48,9 @@ def _load(set_name: str, dataset: str | None = None, **metadata: Any):
 
     from cs3_tasks import data
 
-    check_run_settings(RUN.load_task({"dataset": dataset, **metadata}))
+    settings = RUN.load_task({"dataset": dataset, **metadata})
+    check_run_settings(settings)
+    protocol(settings)  # an unknown protocol, or reference prompts that cannot be read: fail before any work
     ds = data.load_set(set_name, dataset)
     rows = [dict(row) for row in ds]
     for row in rows:
@@ -164,13 +169,28 @@ class ScoreResponses(Filter):
             asr=asr_config(settings),
             judge=judge_config(settings),
             progress=True,
+            protocol=protocol(settings),
+            reference_scripts=settings.get("reference_scripts") or None,
         )
         by_qid = {r["qid"]: r for r in records}
         ordered = [by_qid[str(doc["Qid"])] for doc in docs]
         for record in ordered:
             record["variant"] = self.variant
-        RUN.put_records(self.variant, self.set_name, [compact(r) for r in ordered])
+        # under data parallelism this rank scored its share only: the cs-vs-en comparison reads every rank's
+        RUN.put_records(self.variant, self.set_name, gathered_records([compact(r) for r in ordered]))
         return [json.dumps(r, ensure_ascii=False) for r in ordered]
+
+
+def gathered_records(records: Sequence[Mapping]) -> list[dict]:
+    """The records of every rank of a data-parallel run (this process's alone otherwise), one per Qid.
+
+    lm-eval runs the filters on each rank's share of the docs and gathers only the per-item metric
+    values to rank 0 for the aggregations; records read across tasks must be gathered here, by every
+    rank (a collective), in the same task order. A launch whose ranks all saw every doc (no sharding)
+    gives each Qid once all the same."""
+    from cs3_tasks.distributed import all_gather_list
+
+    return list({str(r["qid"]): dict(r) for r in all_gather_list(list(records))}.values())
 
 
 def model_output(doc: Mapping, responses: Any):
@@ -213,15 +233,32 @@ def judge_config(settings: Mapping[str, Any]):
     return config
 
 
+def protocol(settings: Mapping[str, Any]) -> str:
+    """The scoring protocol of a run (``protocol``, default reference). For a reference run with a judge,
+    the authors' prompts are read here, so that a missing copy of their scripts fails at task load."""
+    from cs3_tasks import reference, scoring
+
+    name = str(settings.get("protocol") or scoring.DEFAULT_PROTOCOL).strip().lower()
+    scoring.check_protocol(name)
+    if name == "reference" and judge_config(settings) is not None:
+        reference.load_templates(settings.get("reference_scripts") or None)
+    return name
+
+
 def asr_config(settings: Mapping[str, Any]):
-    """The ASR of a run with these settings (``asr_backend``, ``asr_model``, ``asr_short_clips``)."""
+    """The ASR of a run with these settings (``asr_backend``, ``asr_model``, ``asr_short_clips``,
+    ``asr_device``); under the reference protocol with none chosen, Whisper-large-v3 through transformers
+    where it can be loaded."""
+    from cs3_tasks import scoring
     from cs3_tasks.asr import AsrConfig
 
-    return AsrConfig(
+    config = AsrConfig(
         backend=settings.get("asr_backend") or None,
         model=settings.get("asr_model") or None,
         short_clips=settings.get("asr_short_clips") or None,
+        device=settings.get("asr_device") or None,
     )
+    return scoring.protocol_asr(config, str(settings.get("protocol") or scoring.DEFAULT_PROTOCOL))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -286,7 +323,12 @@ def process_results(doc: Mapping, results: Sequence[str]) -> dict[str, dict]:
 def _summary(records: Sequence[Mapping]) -> dict:
     from cs3_tasks.summary import summarize
 
-    return RUN.summary("cs3", records, lambda rs: summarize(rs[0]["set"], rs))
+    # in Qid order: a summary must not depend on how the records were sharded and gathered
+    return RUN.summary("cs3", records, lambda rs: summarize(rs[0]["set"], sorted(rs, key=_qid_order)))
+
+
+def _qid_order(record: Mapping) -> str:
+    return str(record.get("qid"))
 
 
 def _number(value: Any) -> float:

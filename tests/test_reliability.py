@@ -86,7 +86,7 @@ def test_records_carry_asr_and_judge_notes(tmp_path, monkeypatch):
     from test_scoring import JUDGE
 
     (record,) = scoring.score_batch(
-        "knowledge", docs, [ModelOutput("k-0", "nope", str(wav))], judge=JUDGE, progress=False
+        "knowledge", docs, [ModelOutput("k-0", "nope", str(wav))], judge=JUDGE, progress=False, protocol="cs3"
     )
     assert record["asr_note"] == "audio cut"
     assert record["text_judge_note"] == record["speech_judge_note"] == "judge request cut"
@@ -230,11 +230,15 @@ def test_lm_eval_table_has_complete_flag_and_problem_count(fakes):
         ModelOutput("k-002", None, None, problem="bad JSON in knowledge.json line 3"),
     ]
     records = [
-        utils.compact(r) for r in scoring.score_batch("knowledge", DOCS, outputs, judge=JUDGE, progress=False)
+        utils.compact(r)
+        for r in scoring.score_batch("knowledge", DOCS, outputs, judge=JUDGE, progress=False, protocol="cs3")
     ]
     assert utils.agg_complete(records) == 0.0
     assert utils.agg_items_with_problems(records) == 2.0  # the broken line, and k-003 without output
-    healthy = [utils.compact(r) for r in scoring.score_batch("knowledge", DOCS[:1], outputs[:1], judge=JUDGE)]
+    healthy = [
+        utils.compact(r)
+        for r in scoring.score_batch("knowledge", DOCS[:1], outputs[:1], judge=JUDGE, protocol="cs3")
+    ]
     assert utils.agg_complete(healthy) == 1.0
 
 

@@ -93,6 +93,7 @@ class FakeASR:
         progress=True,
         batch_size=None,
         short_clips=None,
+        device=None,
     ):
         names = [Path(a).name for a in audios]
         self.calls.append(names)
@@ -247,7 +248,7 @@ def _knowledge_outputs(root: Path, asr: FakeASR) -> list[ModelOutput]:
 def test_score_batch_knowledge_records(tmp_path, fakes):
     asr, judge = fakes
     outputs = _knowledge_outputs(tmp_path / "o", asr)
-    records = scoring.score_batch("knowledge", DOCS, outputs, judge=JUDGE, progress=False)
+    records = scoring.score_batch("knowledge", DOCS, outputs, judge=JUDGE, progress=False, protocol="cs3")
     assert [r["qid"] for r in records] == ["k-000", "k-001", "k-002", "k-003", "k-999"]
     assert len(asr.calls) == 1 and len(asr.calls[0]) == 4  # one batched ASR call over all speech outputs
     by = {r["qid"]: r for r in records}
@@ -289,7 +290,12 @@ def test_score_batch_knowledge_records(tmp_path, fakes):
 def test_summary_excludes_judge_errors_and_counts_them(tmp_path, fakes):
     asr, _ = fakes
     records = scoring.score_batch(
-        "knowledge", DOCS, _knowledge_outputs(tmp_path / "o", asr), judge=JUDGE, progress=False
+        "knowledge",
+        DOCS,
+        _knowledge_outputs(tmp_path / "o", asr),
+        judge=JUDGE,
+        progress=False,
+        protocol="cs3",
     )
     summary = summarize("knowledge", records)
     assert summary["n_items"] == 4 and summary["n_unknown_qid"] == 1 and summary["n_asr_error"] == 1
@@ -314,7 +320,7 @@ def test_summary_excludes_judge_errors_and_counts_them(tmp_path, fakes):
 def test_no_judge_leaves_unresolved_counted_as_not_correct(tmp_path, fakes):
     asr, judge = fakes
     records = scoring.score_batch(
-        "knowledge", DOCS, _knowledge_outputs(tmp_path / "o", asr), judge=None, progress=False
+        "knowledge", DOCS, _knowledge_outputs(tmp_path / "o", asr), judge=None, progress=False, protocol="cs3"
     )
     assert judge.calls == 0
     by = {r["qid"]: r for r in records}
@@ -337,6 +343,7 @@ def test_text_only_model_has_no_speech_numbers(fakes):
         outputs,
         judge=JUDGE,
         progress=False,
+        protocol="cs3",
     )
     assert asr.calls == []
     assert all(
@@ -356,7 +363,9 @@ def test_open_ended_scores_and_understanding(tmp_path, fakes):
         ModelOutput("o-000", "self-attention 让模型 5 分 3", str(tmp_path / "o-000.wav")),
         ModelOutput("o-001", "throughput 4 and 4", str(tmp_path / "o-001.wav")),
     ]
-    records = scoring.score_batch("open_ended", OPEN_DOCS, outputs, judge=JUDGE, progress=False)
+    records = scoring.score_batch(
+        "open_ended", OPEN_DOCS, outputs, judge=JUDGE, progress=False, protocol="cs3"
+    )
     r0, r1 = records
     assert (r0["text_relevance"], r0["text_semantic"], r0["text_understood"]) == (5, 3, True)
     assert (r0["speech_relevance"], r0["speech_understood"]) == (2, False)
@@ -408,6 +417,8 @@ def _args(
         "",
         "--judge-model",
         "fake",
+        "--protocol",
+        "cs3",
     ]
     for key, value in extra.items():
         argv += [f"--{key.replace('_', '-')}"] + ([] if value is True else [str(value)])
@@ -673,6 +684,8 @@ def test_end_to_end_real_asr_bad_inputs_and_cached_rerun(tmp_path, offline_asr_m
                 offline_asr_model,
                 "--no-judge",
                 "--no-progress",
+                "--protocol",
+                "cs3",
                 *extra,
             ]
         )

