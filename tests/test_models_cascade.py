@@ -14,6 +14,7 @@ import pytest
 import soundfile as sf
 from lm_eval.api.instance import Instance
 from openai_audio_server import FakeAudioServer
+from tiny_llm import build_tiny_qwen2
 
 from cs3_tasks import tts
 from cs3_tasks.speech import decode_response
@@ -21,10 +22,6 @@ from cs3_tasks.speech import decode_response
 pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
 
 QUESTIONS = ["What is the capital of France?", "How many legs does a spider have?"]
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 
 
 @pytest.fixture(scope="module")
@@ -53,35 +50,7 @@ def query_wavs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_llm_dir(tmp_path_factory):
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2TokenizerFast
-
-    path = tmp_path_factory.mktemp("tiny-qwen2")
-    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    vocab = {t: i for i, t in enumerate(special + [chr(c) for c in range(32, 127)] + ["\n"])}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="?"))
-    tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    tok.add_special_tokens(special)
-    tokenizer = Qwen2TokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    tokenizer.chat_template = CHAT_TEMPLATE
-    tokenizer.save_pretrained(path)
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        eos_token_id=2,
-        pad_token_id=0,
-        bos_token_id=1,
-    )
-    Qwen2ForCausalLM(config).save_pretrained(path)
-    return path
+    return build_tiny_qwen2(tmp_path_factory.mktemp("tiny-qwen2"))
 
 
 def instance(qid: str, audio, doc_id: int) -> Instance:
