@@ -519,7 +519,7 @@ def test_full_build_counts_schema_joins(full_build):
         "Question_zh",
         "Question_en",
     ]
-    assert loaded["knowledge_en"].column_names == ["Qid", "audio", "Question", "Answer", "Category"]
+    assert loaded["knowledge_en"].column_names == ["Qid", "audio", "Question", "Answer", "Category", "Source"]
     assert loaded["open_ended"].column_names == ["Qid", "audio", "Question", "Answer", "Source"]
     assert isinstance(loaded["knowledge"].features["audio"], datasets.Audio)
     # Qids join knowledge <-> knowledge_en one to one, with the same category and English answer
