@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -153,19 +153,7 @@ def corpus_english_wer(
     """Corpus form of `english_wer`: total English-word edits / total English words of the text responses
     (jiwer over lists), so long answers weigh by their length, unlike the per-item mean. Pairs whose text
     response has no English words are skipped; None when none is left."""
-    import jiwer
-
-    if len(text_responses) != len(transcripts):
-        raise ValueError(f"{len(text_responses)} text responses but {len(transcripts)} transcripts")
-    references, hypotheses = [], []
-    for text_response, transcript in zip(text_responses, transcripts):
-        reference = english_words(text_response or "", pair)
-        if reference:
-            references.append(" ".join(reference))
-            hypotheses.append(" ".join(english_words(transcript or "", pair)))
-    if not references:
-        return None
-    return float(jiwer.wer(references, hypotheses))
+    return _corpus_token_error_rate(text_responses, transcripts, lambda t: english_words(t, pair))
 
 
 def corpus_mixed_error_rate(
@@ -173,16 +161,22 @@ def corpus_mixed_error_rate(
 ) -> float | None:
     """Corpus form of `mixed_error_rate`: total token edits / total reference tokens over all pairs (jiwer
     over lists). Pairs whose text response has no tokens are skipped; None when none is left."""
+    return _corpus_token_error_rate(text_responses, transcripts, lambda t: mixed_tokens(t, pair))
+
+
+def _corpus_token_error_rate(
+    text_responses: Sequence[str], transcripts: Sequence[str], tokens: Callable[[str], list[str]]
+) -> float | None:
     import jiwer
 
     if len(text_responses) != len(transcripts):
         raise ValueError(f"{len(text_responses)} text responses but {len(transcripts)} transcripts")
     references, hypotheses = [], []
     for text_response, transcript in zip(text_responses, transcripts):
-        reference = mixed_tokens(text_response or "", pair)
+        reference = tokens(text_response or "")
         if reference:
             references.append(" ".join(reference))
-            hypotheses.append(" ".join(mixed_tokens(transcript or "", pair)))
+            hypotheses.append(" ".join(tokens(transcript or "")))
     if not references:
         return None
     return float(jiwer.wer(references, hypotheses))
