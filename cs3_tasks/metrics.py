@@ -334,8 +334,10 @@ def _summary(kept: list[float], excluded: int, **ci_options) -> dict:
     if not kept:
         return {"value": None, "n": 0, "excluded": excluded, "ci_low": None, "ci_high": None}
     low, high = bootstrap_ci(kept, **ci_options)
+    # as in bootstrap_ci: a mean of identical values can leave them in the last bit; keep it in range
+    value = min(max(float(np.mean(kept)), min(kept)), max(kept))
     return {
-        "value": float(np.mean(kept)),
+        "value": value,
         "n": len(kept),
         "excluded": excluded,
         "ci_low": low,
