@@ -151,6 +151,11 @@ def run(args: argparse.Namespace) -> int:
             raise scoring.ScoringError(
                 "--model-name names one model: with --outputs-root each model is named by its folder"
             )
+        if out.resolve() == root.resolve():
+            raise scoring.ScoringError(
+                f"--out {out} is --outputs-root: the result dirs would go into the model folders; "
+                "choose another --out"
+            )
         models, skipped = find_models(root, out)
         if not models:
             listed = f" (skipped: {', '.join(skipped)})" if skipped else ""

@@ -12,11 +12,13 @@ import json
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from judge_server import Reply
-from test_protocol_cli import DOCS, EN_DOCS, _outputs, _silence
+from test_protocol_cli import DOCS, EN_DOCS
 
 from cs3_tasks import report, score_many, scoring
+from cs3_tasks.audio import write_wav
 
 ANSWERS = {"k-000": "答案0", "k-001": "RIGHT 1", "k-002": "不知道", "k-003": "答案是3"}
 EN_ANSWERS = {"e-000": "It is answer0.", "e-001": "no idea"}
@@ -31,6 +33,24 @@ def _isolated_cache(tmp_path, monkeypatch):
 def asr(fake_asr):
     # a clip is heard as the text its file name asks for: <Qid>.wav -> "RIGHT spoken", broken-*.wav -> BROKEN
     return fake_asr(lambda audio, language: "BROKEN spoken" if "broken" in str(audio) else "RIGHT spoken")
+
+
+def _silence(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_wav(path, np.zeros(1600, dtype=np.float32))
+
+
+def _authors(folder: Path) -> Path:
+    """The authors' layout: json/cs_<set>.json (one JSON array, as they write it), wav/cs_<set>/<Qid>.wav."""
+    (folder / "json").mkdir(parents=True)
+    for set_name, rows in (("knowledge", ANSWERS), ("knowledge_en", EN_ANSWERS)):
+        array = [{"Qid": qid, "Response": text} for qid, text in rows.items()]
+        (folder / "json" / f"cs_{set_name}.json").write_text(
+            json.dumps(array, ensure_ascii=False, indent=4), "utf-8"
+        )
+        for qid in rows:
+            _silence(folder / "wav" / f"cs_{set_name}" / f"{qid}.wav")
+    return folder
 
 
 def _ours(
@@ -119,7 +139,7 @@ def _board(out: Path) -> list[dict]:
 def test_a_bad_model_does_not_stop_the_others(tmp_path, asr, capsys):
     root = tmp_path / "models"
     _ours(root / "alpha")
-    _outputs(root / "beta")  # the authors' layout (json/cs_<set>.json, wav/...)
+    _authors(root / "beta")
     _gbk(root / "gamma")
     _ours(root / ".hidden")  # passed over
     (root / "notes").mkdir()  # no outputs: skipped and listed
@@ -175,7 +195,7 @@ def test_a_bad_model_does_not_stop_the_others(tmp_path, asr, capsys):
 def test_resume_rescores_only_what_failed_and_gives_identical_files(tmp_path, asr, judge_server, monkeypatch):
     root = tmp_path / "models"
     _ours(root / "alpha")
-    _outputs(root / "beta")
+    _authors(root / "beta")
     # delta: every judge request fails (HTTP 400): its summaries are incomplete, the model too
     _ours(
         root / "delta", {q: f"BROKEN {q}" for q in ANSWERS}, {q: f"BROKEN {q}" for q in EN_ANSWERS}, "broken-"
@@ -212,7 +232,7 @@ def test_results_do_not_depend_on_the_other_models_or_their_order(tmp_path, asr,
     server = judge_server(judge_reply)
     alone = tmp_path / "alone"  # alpha before beta was there
     assert scoring.run(_args(tmp_path, *_judge(server), out=alone)) == 0
-    _outputs(root / "beta")
+    _authors(root / "beta")
     together = tmp_path / "together"
     assert scoring.run(_args(tmp_path, *_judge(server), out=together)) == 0
 
@@ -280,6 +300,8 @@ def test_an_empty_root_and_bad_options_are_clear_errors(tmp_path, asr, capsys):
     _ours(root / "alpha")
     assert scoring.run(_args(tmp_path, "--no-judge", "--model-name", "x")) == 2
     assert "--model-name names one model" in capsys.readouterr().err
+    assert scoring.run(_args(tmp_path, "--no-judge", out=root)) == 2
+    assert "choose another --out" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # --outputs and --outputs-root exclude each other
         _args(tmp_path, "--no-judge", "--outputs", str(root / "alpha"), "--outputs-root", str(root))
     assert scoring.run(_args(tmp_path, "--no-judge", "--outputs", str(root / "alpha"))) == 2
