@@ -113,7 +113,15 @@ def score_model(args: argparse.Namespace, setup: scoring.ScoringSetup, status: M
     status.error = judge.redact(outcome.message, secret)
 
 
-def write_models_file(out: Path, root: Path, set_name: str, statuses, skipped, exit_code=None) -> None:
+def write_models_file(
+    out: Path,
+    root: Path,
+    set_name: str,
+    statuses: Mapping[str, ModelStatus],
+    skipped: Mapping[str, str],
+    exit_code: int | None = None,
+) -> None:
+    """``<out>/models.json`` (atomically): the run's models with their status, and the skipped folders."""
     from cs3_tasks.cache import atomic_write
 
     content = {
@@ -202,7 +210,12 @@ def score_models(
                 file=sys.stderr,
             )
     on_board = [out / name for name, s in statuses.items() if s.status in ("scored", "incomplete")]
-    summaries = report.load_summaries(on_board) if on_board else {}
+    try:
+        summaries = report.load_summaries(on_board) if on_board else {}
+    except (FileNotFoundError, ValueError) as exc:  # a result dir edited by hand: the records are kept
+        print(f"error: cannot write the leaderboard: {exc}", file=sys.stderr)
+        write_models_file(out, root, set_name, statuses, skipped, exit_code=2)
+        return 2
     print(report.write_leaderboard(out, summaries, leaderboard_notes(statuses, skipped)))
     code = overall_exit_code(statuses)
     write_models_file(out, root, set_name, statuses, skipped, exit_code=code)
