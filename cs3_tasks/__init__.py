@@ -15,6 +15,7 @@ Public surface, one module per job:
 - ``cs3_tasks.conversation`` conversation scoring (BELLE zh->en: GPT Score, ASR error rate, off-target)
 - ``cs3_tasks.outputs``  reading what a model produced (``ModelOutput``, ``read_outputs``)
 - ``cs3_tasks.scoring``  the per-item records (``score_batch``) and the resumable ``cs3-bench score``
+- ``cs3_tasks.score_many`` ``cs3-bench score --outputs-root``: many models, one result dir each + leaderboard
 - ``cs3_tasks.summary``  summaries with CIs, the code-switched vs English comparison, markdown
 - ``cs3_tasks.report``   leaderboards and figures across scored result dirs
 - ``cs3_tasks.reference`` the reference protocol: the authors' own scoring, prompts read from their scripts

@@ -21,7 +21,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "cs3_tasks.conversation_data",
         "add a conversation config (e.g. belle_eval_s2s) to a build",
     ),
-    "score": ("cs3_tasks.scoring", "score pre-generated outputs (text + speech) of one set"),
+    "score": (
+        "cs3_tasks.scoring",
+        "score pre-generated outputs (text + speech) of one model, or of many (--outputs-root)",
+    ),
     "score-conversation": (
         "cs3_tasks.conversation",
         "score pre-generated outputs of a conversation set (BELLE zh->en)",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -144,7 +145,8 @@ def _cell(value: float | str | None) -> str:
     return f"{100 * value:.1f}"
 
 
-def leaderboard_markdown(rows: Sequence[dict]) -> str:
+def leaderboard_markdown(rows: Sequence[dict], notes: Sequence[str] = ()) -> str:
+    """The leaderboard table and its legend; ``notes``: lines added after it (e.g. models that failed)."""
     lines = [
         "| " + " | ".join(HEADERS[c] for c in COLUMNS) + " |",
         "| " + " | ".join("---" if c in ("model", "protocol") else "---:" for c in COLUMNS) + " |",
@@ -152,7 +154,7 @@ def leaderboard_markdown(rows: Sequence[dict]) -> str:
     lines += [
         "| " + " | ".join(row.get(f"{c}_incomplete") or _cell(row[c]) for c in COLUMNS) + " |" for row in rows
     ]
-    notes = [
+    legend = [
         "",
         (
             "All values in %. cs = code-switched knowledge set, en = its English twin. "
@@ -163,15 +165,19 @@ def leaderboard_markdown(rows: Sequence[dict]) -> str:
             "scoring (quote these next to the paper), cs3 = our stricter audit scoring."
         ),
     ]
-    return "\n".join(lines + notes) + "\n"
+    extra = ["", *notes] if notes else []
+    return "\n".join(lines + legend + extra) + "\n"
 
 
 def write_csv(path: Path, rows: Sequence[dict]) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(COLUMNS))
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({c: ("" if row[c] is None else row[c]) for c in COLUMNS})
+    from cs3_tasks.cache import atomic_write
+
+    handle = io.StringIO(newline="")
+    writer = csv.DictWriter(handle, fieldnames=list(COLUMNS))
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({c: ("" if row[c] is None else row[c]) for c in COLUMNS})
+    atomic_write(path, handle.getvalue())
 
 
 def _bar(entry: Mapping | None) -> tuple[float, float, float]:
@@ -243,8 +249,12 @@ def plot_accuracy(models: Mapping[str, Mapping[str, dict]], path: Path) -> None:
     handles, legend_labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, legend_labels, loc="upper center", ncol=4, fontsize="small")
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / (3.2 * len(names))))
-    fig.savefig(path, dpi=120)
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=120)
     plt.close(fig)
+    from cs3_tasks.cache import atomic_write
+
+    atomic_write(path, image.getvalue())
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -258,15 +268,31 @@ def run(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    out = Path(args.out)
+    print(write_leaderboard(Path(args.out), models))
+    return 0
+
+
+LEADERBOARD_FILES = ("leaderboard.md", "leaderboard.csv", "accuracy.png")
+
+
+def write_leaderboard(out: Path, models: Mapping[str, Mapping[str, dict]], notes: Sequence[str] = ()) -> str:
+    """Write `LEADERBOARD_FILES` into ``out`` (each atomically) for ``models`` (model -> set -> summary);
+    returns the markdown. ``notes``: lines under the table."""
+    from cs3_tasks.cache import atomic_write
+
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rows = leaderboard_rows(models)
-    markdown = leaderboard_markdown(rows)
-    (out / "leaderboard.md").write_text(markdown, encoding="utf-8")
-    write_csv(out / "leaderboard.csv", rows)
-    plot_accuracy(models, out / "accuracy.png")
-    print(markdown)
+    markdown = leaderboard_markdown(rows, notes)
+    md, csv_file, png = (out / name for name in LEADERBOARD_FILES)
+    atomic_write(md, markdown)
+    write_csv(csv_file, rows)
+    if models:
+        plot_accuracy(models, png)
+    else:  # no model to draw: an old figure would show models that are not on this leaderboard
+        png.unlink(missing_ok=True)
     print(
-        f"wrote {out / 'leaderboard.md'}, {out / 'leaderboard.csv'}, {out / 'accuracy.png'}", file=sys.stderr
+        f"wrote {', '.join(str(out / name) for name in LEADERBOARD_FILES if (out / name).exists())}",
+        file=sys.stderr,
     )
-    return 0
+    return markdown

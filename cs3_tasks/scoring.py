@@ -788,18 +788,26 @@ class RecordsFile:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from cs3_tasks import asr, judge
 
-    parser.add_argument(
+    inputs = parser.add_mutually_exclusive_group(required=True)
+    inputs.add_argument(
         "--outputs",
-        required=True,
         type=Path,
         help="outputs dir: json/<set>.json + wav/<Qid>.wav (authors) or <set>.jsonl (ours)",
     )
+    inputs.add_argument(
+        "--outputs-root",
+        type=Path,
+        help="a folder of outputs dirs, one per model (named by its folder): each is scored into "
+        "OUT/<model> as --outputs would be, then OUT gets the leaderboard and models.json; resumable per "
+        "model. Exit code: 0 every model scored, 1 some failed or are incomplete, 3 most did, 2 bad input "
+        "(no model folder, OUT busy)",
+    )
     parser.add_argument(
         "--set",
-        required=True,
         choices=(*SETS, "all"),
         dest="set_name",
-        help="the set to score; all: every set found in --outputs (one summary each + cs-vs-en)",
+        help="the set to score (required with --outputs); all: every set found in the outputs dir (one "
+        "summary each + cs-vs-en); the default with --outputs-root",
     )
     parser.add_argument(
         "--protocol",
@@ -819,14 +827,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="score the speech channel on json_asr/cs_<set>.json's Response_hyp instead of running ASR",
     )
-    parser.add_argument("--out", required=True, type=Path, help="result dir (records, summary)")
+    parser.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        help="result dir (records, summary); with --outputs-root: one result dir per model + the leaderboard",
+    )
     parser.add_argument(
         "--dataset",
         default=None,
         help="dataset: Hub id, local build dir, 'demo', or a source JSON file of the set",
     )
     parser.add_argument(
-        "--model-name", default=None, help="name of the scored model (default: outputs dir name)"
+        "--model-name",
+        default=None,
+        help="name of the scored model (default: outputs dir name; not with --outputs-root)",
     )
     parser.add_argument(
         "--restart", action="store_true", help="discard existing records (caches still make the re-run cheap)"
@@ -914,16 +929,41 @@ def system_identity(args: argparse.Namespace) -> dict:
     }
 
 
-def run(args: argparse.Namespace) -> int:
-    """``cs3-bench score``: holds the result dir's lock until every file of the run is written."""
-    from contextlib import ExitStack
+class ScoringError(Exception):
+    """A scoring run that cannot start or cannot go on (bad input, busy or foreign result dir, judge
+    credentials refused): the message names the cause; ``exit_code`` is the CLI's (2). What was scored
+    before it is kept."""
 
-    with ExitStack() as held:
-        return score_run(args, held)
+    def __init__(self, message: str, exit_code: int = 2):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
-def score_run(args: argparse.Namespace, held) -> int:
-    from cs3_tasks import asr, judge, reference, summary
+@dataclass(frozen=True)
+class ScoringSetup:
+    """What every scored item of a run depends on besides its output: resolved once per run, so that
+    every set (and every model of ``--outputs-root``) is scored with the same settings."""
+
+    protocol: str
+    asr: AsrConfig
+    judge: JudgeConfig | None
+    templates: Any  # reference.ReferenceTemplates when the reference protocol has a judge, else None
+
+
+@dataclass(frozen=True)
+class ScoreOutcome:
+    """How `score_outputs` ended: exit code 0 (scored) or 3 (most judge verdicts failed: the summaries are
+    written but incomplete, ``message`` says so), and the sets scored."""
+
+    exit_code: int
+    sets: tuple[str, ...]
+    message: str | None = None
+
+
+def scoring_setup(args: argparse.Namespace) -> ScoringSetup:
+    """The run's protocol, ASR, judge and (reference protocol with a judge) the authors' prompts, checked
+    before any work starts: ScoringError when they cannot be used."""
+    from cs3_tasks import asr, judge, reference
 
     protocol = getattr(args, "protocol", "cs3")
     try:
@@ -931,24 +971,60 @@ def score_run(args: argparse.Namespace, held) -> int:
         chosen = bool(getattr(args, "asr_backend", None) or getattr(args, "asr_model", None))
         asr_config = protocol_asr(asr.asr_config_from_args(args), protocol, chosen)
     except (judge.JudgeConfigError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise ScoringError(str(exc)) from exc
     templates = None
     if protocol == "reference" and judge_config is not None:
         try:  # the judge prompts are read now: a missing copy fails before any ASR or judge work
             templates = reference.load_templates(getattr(args, "reference_scripts", None))
         except reference.ReferenceScriptsError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+            raise ScoringError(str(exc)) from exc
+    return ScoringSetup(protocol, asr_config, judge_config, templates)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``cs3-bench score``: one outputs dir (holding its result dir's lock until every file of the run is
+    written), or with ``--outputs-root`` every model folder under it (`cs3_tasks.score_many`)."""
+    from contextlib import ExitStack
+
+    if getattr(args, "outputs_root", None) is not None:
+        from cs3_tasks import score_many
+
+        return score_many.run(args)
+    if getattr(args, "set_name", None) is None:
+        print("error: --set is required with --outputs", file=sys.stderr)
+        return 2
+    with ExitStack() as held:
+        return score_run(args, held)
+
+
+def score_run(args: argparse.Namespace, held) -> int:
+    """`score_outputs` as the CLI reports it: errors on stderr, the exit code returned."""
+    try:
+        outcome = score_outputs(args, held)
+    except ScoringError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    if outcome.message:
+        print(f"error: {outcome.message}", file=sys.stderr)
+    return outcome.exit_code
+
+
+def score_outputs(
+    args: argparse.Namespace, held, setup: ScoringSetup | None = None, *, echo: bool = True
+) -> ScoreOutcome:
+    """Score ``args.outputs`` into ``args.out`` (``args.set_name``: one set or "all"); ScoringError on bad
+    input. ``held`` (an ExitStack) keeps the result dir's lock; ``setup`` defaults to `scoring_setup`;
+    ``echo`` prints each summary (markdown) to stdout."""
+    from cs3_tasks import summary
+
+    setup = setup or scoring_setup(args)
     if args.set_name == "all":
         set_names = find_output_sets(args.outputs)
         if not set_names:
-            print(
-                f"error: no outputs of any set ({', '.join(SETS)}) in {args.outputs}: expected "
-                "json/cs_<set>.json (authors' layout) or <set>.jsonl",
-                file=sys.stderr,
+            raise ScoringError(
+                f"no outputs of any set ({', '.join(SETS)}) in {args.outputs}: expected "
+                "json/cs_<set>.json (authors' layout) or <set>.jsonl"
             )
-            return 2
     else:
         set_names = [args.set_name]
     out = Path(args.out)
@@ -964,10 +1040,7 @@ def score_run(args: argparse.Namespace, held) -> int:
     summaries: dict[str, dict] = {}
     records: list[dict] = []
     for set_name in set_names:
-        scored = _run_set(args, set_name, protocol, asr_config, judge_config, templates, lock)
-        if isinstance(scored, int):
-            return scored
-        summaries[set_name], final = scored
+        summaries[set_name], final = _run_set(args, set_name, setup, lock)
         records += final
     model = system_identity(args)["model"]
     for other in summary.CS_EN_PAIR:  # the other knowledge set, when this result dir has it
@@ -978,17 +1051,16 @@ def score_run(args: argparse.Namespace, held) -> int:
     summary.attach_cs_vs_en(summaries)
     for set_name, result in summaries.items():
         markdown = summary.write_summary(out, result)
-        if set_name in set_names:
+        if echo and set_name in set_names:
             print(markdown)
     failed, asked = judge_failures(records)
     if 2 * failed > asked:
-        print(
-            f"error: {failed} of {asked} judge verdicts of this run failed (see the *_error fields of the "
-            f"records in {out}); the summary is incomplete. Re-run to retry them.",
-            file=sys.stderr,
+        message = (
+            f"{failed} of {asked} judge verdicts of this run failed (see the *_error fields of the "
+            f"records in {out}); the summary is incomplete. Re-run to retry them."
         )
-        return 3
-    return 0
+        return ScoreOutcome(3, tuple(set_names), message)
+    return ScoreOutcome(0, tuple(set_names))
 
 
 def judge_failures(records: Iterable[Mapping]) -> tuple[int, int]:
@@ -1007,19 +1079,14 @@ def judge_failures(records: Iterable[Mapping]) -> tuple[int, int]:
 
 
 def _run_set(
-    args: argparse.Namespace,
-    set_name: str,
-    protocol: str,
-    asr_config: AsrConfig,
-    judge_config: JudgeConfig | None,
-    templates: Any,
-    lock: Callable[[], None],
-) -> tuple[dict, list[dict]] | int:
-    """Score one set of ``args.outputs`` into ``args.out``: its summary and records, or an exit code on a
+    args: argparse.Namespace, set_name: str, setup: ScoringSetup, lock: Callable[[], None]
+) -> tuple[dict, list[dict]]:
+    """Score one set of ``args.outputs`` into ``args.out``: its summary and records; ScoringError on a
     setup error."""
     from cs3_tasks import data, judge, summary
 
     out = Path(args.out)
+    protocol, asr_config, judge_config, templates = setup.protocol, setup.asr, setup.judge, setup.templates
     given = bool(getattr(args, "use_given_transcripts", False))
     try:
         docs = data.load_docs(set_name, args.dataset)
@@ -1031,8 +1098,7 @@ def _run_set(
                 if output.transcript is None:
                     output.problem = join_problems(output.problem, "no given transcript (json_asr)")
     except (OSError, ValueError, RuntimeError) as exc:  # no dataset / no outputs: nothing to score
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise ScoringError(str(exc)) from exc
     scripts = templates.scripts if templates is not None else None
     settings = run_settings(
         asr_config, ASR_LANGUAGE_HINT[set_name], judge_config, protocol, scripts, given_transcripts=given
@@ -1043,8 +1109,7 @@ def _run_set(
         lock()
         store.open(settings, restart=args.restart)
     except (SettingsMismatchError, ResultDirBusy) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise ScoringError(str(exc)) from exc
 
     def score(pending_docs: list[Mapping], pending_outputs: list[ModelOutput], append) -> None:
         score_batch(
@@ -1062,8 +1127,7 @@ def _run_set(
     try:
         final = store.score_pending(docs, outputs, score, doc_id=lambda doc: str(doc["Qid"]), label=set_name)
     except judge.JudgeAuthError as exc:  # every request would fail the same way: stop, keep what is done
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise ScoringError(str(exc)) from exc
     result = summary.summarize(set_name, final, protocol=protocol)
     result["model"] = args.model_name or Path(args.outputs).resolve().name
     result["settings"] = settings

@@ -1,0 +1,229 @@
+"""``cs3-bench score --outputs-root ROOT --out RESULTS``: score a folder of model outputs, one per model.
+
+Each immediate subfolder of ROOT that holds outputs of some set (either layout, `outputs.find_output_sets`)
+is one model, named by its folder (neither layout names the model). It is scored exactly as
+``cs3-bench score --outputs ROOT/<model> --out RESULTS/<model> --model-name <model>`` scores it
+(`scoring.score_outputs`), then RESULTS gets the leaderboard of the models scored (`report.write_leaderboard`)
+and ``models.json``: per model its status, exit code, sets and error. Hidden folders are passed over; folders
+without outputs are skipped and listed.
+
+A model's records depend on its outputs and the settings only: every model is scored with the one
+`scoring.ScoringSetup` resolved before the first, in name order, each into its own result dir. Resumable per
+model: each result dir's records file skips what is done, so a finished model costs reading its files. One
+model's failure (bad input, judge failures, a crash) never stops the others; RESULTS is locked for the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from cs3_tasks import scoring
+from cs3_tasks.outputs import find_output_sets
+
+MODELS_FILE = "models.json"
+# scored: summaries written; incomplete: written, but most judge verdicts failed (exit 3 of `score`);
+# failed: no summary this run (bad input, busy result dir, a crash); pending: not reached (yet)
+MODEL_STATUSES = ("scored", "incomplete", "failed", "pending")
+# the exit code of a model that crashed (an exception that is not a scoring error)
+CRASHED = 1
+
+
+@dataclass
+class ModelStatus:
+    """One model's line in models.json."""
+
+    outputs: str
+    result_dir: str
+    status: str = "pending"
+    exit_code: int | None = None
+    sets: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def find_models(root: Path, out: Path | None = None) -> tuple[list[Path], dict[str, str]]:
+    """(the model folders under ``root``, in name order; skipped folder name -> why). Hidden folders and
+    ``out`` (when it lies inside ``root``) are passed over without a word."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"--outputs-root {root} is not a folder")
+    resolved_out = Path(out).resolve() if out is not None else None
+    models: list[Path] = []
+    skipped: dict[str, str] = {}
+    for folder in sorted(root.iterdir(), key=lambda path: path.name):
+        if not folder.is_dir() or folder.name.startswith(".") or folder.resolve() == resolved_out:
+            continue
+        if find_output_sets(folder):
+            models.append(folder)
+        else:
+            skipped[folder.name] = "no outputs of any set (json/cs_<set>.json or <set>.jsonl)"
+    return models, skipped
+
+
+def overall_exit_code(statuses: Mapping[str, ModelStatus]) -> int:
+    """0: every model scored; 3: most models failed or are incomplete; 1: some did."""
+    bad = sum(s.status != "scored" for s in statuses.values())
+    if not bad:
+        return 0
+    return 3 if 2 * bad > len(statuses) else 1
+
+
+def model_args(args: argparse.Namespace, folder: Path, out: Path) -> argparse.Namespace:
+    """The arguments of ``cs3-bench score --outputs <folder> --out <out>/<name> --model-name <name>``."""
+    return argparse.Namespace(
+        **{
+            **vars(args),
+            "outputs": folder,
+            "outputs_root": None,
+            "out": out / folder.name,
+            "model_name": folder.name,
+            "set_name": args.set_name or "all",
+        }
+    )
+
+
+def score_model(args: argparse.Namespace, setup: scoring.ScoringSetup, status: ModelStatus) -> None:
+    """Score one model (``args`` from `model_args`) into ``status``; never raises but KeyboardInterrupt."""
+    from cs3_tasks import judge
+
+    secret = setup.judge.api_key() if setup.judge is not None else None
+    with ExitStack() as held:  # the model's result dir lock, released when its files are written
+        try:
+            outcome = scoring.score_outputs(args, held, setup, echo=False)
+        except scoring.ScoringError as exc:
+            status.status, status.exit_code, status.error = (
+                "failed",
+                exc.exit_code,
+                judge.redact(str(exc), secret),
+            )
+            return
+        except Exception as exc:  # one model's crash must not stop the others
+            print(judge.redact(traceback.format_exc(), secret), file=sys.stderr)
+            status.status, status.exit_code = "failed", CRASHED
+            status.error = judge.redact(f"{type(exc).__name__}: {exc}", secret)
+            return
+    status.status = "scored" if outcome.exit_code == 0 else "incomplete"
+    status.exit_code, status.sets = outcome.exit_code, list(outcome.sets)
+    status.error = judge.redact(outcome.message, secret)
+
+
+def write_models_file(
+    out: Path,
+    root: Path,
+    set_name: str,
+    statuses: Mapping[str, ModelStatus],
+    skipped: Mapping[str, str],
+    exit_code: int | None = None,
+) -> None:
+    """``<out>/models.json`` (atomically): the run's models with their status, and the skipped folders."""
+    from cs3_tasks.cache import atomic_write
+
+    content = {
+        "outputs_root": str(Path(root).resolve()),
+        "set": set_name,
+        "exit_code": exit_code,  # None while the run goes on
+        "models": {name: asdict(status) for name, status in statuses.items()},
+        "skipped": dict(skipped),
+    }
+    atomic_write(Path(out) / MODELS_FILE, json.dumps(content, indent=2, ensure_ascii=False) + "\n")
+
+
+def leaderboard_notes(statuses: Mapping[str, ModelStatus], skipped: Mapping[str, str]) -> list[str]:
+    """The lines under the leaderboard: incomplete, failed and skipped models (see models.json)."""
+    notes = []
+    incomplete = [name for name, s in statuses.items() if s.status == "incomplete"]
+    if incomplete:
+        notes.append(
+            f"Incomplete (most judge verdicts failed; re-run to retry them): {', '.join(incomplete)}."
+        )
+    failed = {name: s for name, s in statuses.items() if s.status != "scored" and s.status != "incomplete"}
+    if failed:
+        notes.append("Not on the leaderboard (failed; see models.json):")
+        notes += [f"- {name}: {(s.error or s.status).splitlines()[0]}" for name, s in failed.items()]
+    if skipped:
+        notes.append(f"Skipped folders (no outputs): {', '.join(skipped)}.")
+    return notes
+
+
+def run(args: argparse.Namespace) -> int:
+    """``cs3-bench score --outputs-root``: the exit code of `overall_exit_code`, or 2 on bad input."""
+    root, out = Path(args.outputs_root), Path(args.out)
+    try:
+        if getattr(args, "model_name", None):
+            raise scoring.ScoringError(
+                "--model-name names one model: with --outputs-root each model is named by its folder"
+            )
+        if out.resolve() == root.resolve():
+            raise scoring.ScoringError(
+                f"--out {out} is --outputs-root: the result dirs would go into the model folders; "
+                "choose another --out"
+            )
+        models, skipped = find_models(root, out)
+        if not models:
+            listed = f" (skipped: {', '.join(skipped)})" if skipped else ""
+            raise scoring.ScoringError(
+                f"no model folder in {root}: expected one folder per model holding json/cs_<set>.json "
+                f"(authors' layout) or <set>.jsonl{listed}"
+            )
+        setup = scoring.scoring_setup(args)  # one setup for every model, checked before any work
+    except (scoring.ScoringError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    with ExitStack() as held:
+        try:  # two runs on one RESULTS would interleave models.json and the leaderboard
+            held.enter_context(scoring.result_dir_lock(out, wait=getattr(args, "wait", False)))
+        except scoring.ResultDirBusy as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return score_models(args, setup, models, skipped)
+
+
+def score_models(
+    args: argparse.Namespace, setup: scoring.ScoringSetup, models: Sequence[Path], skipped: Mapping[str, str]
+) -> int:
+    from cs3_tasks import report
+
+    root, out = Path(args.outputs_root), Path(args.out)
+    set_name = args.set_name or "all"
+    for name in skipped:
+        print(f"skipped {root / name}: {skipped[name]}", file=sys.stderr)
+    statuses = {
+        folder.name: ModelStatus(outputs=str(folder.resolve()), result_dir=folder.name) for folder in models
+    }
+    write_models_file(out, root, set_name, statuses, skipped)
+    for k, folder in enumerate(models, start=1):
+        status = statuses[folder.name]
+        print(f"[{k}/{len(models)}] model {folder.name}", file=sys.stderr)
+        score_model(model_args(args, folder, out), setup, status)
+        write_models_file(out, root, set_name, statuses, skipped)  # a killed run keeps what is known
+        if status.status == "scored":
+            print(f"model {folder.name}: scored ({', '.join(status.sets)})", file=sys.stderr)
+        else:
+            print(
+                f"error: model {folder.name}: {status.status} (exit {status.exit_code}): {status.error}",
+                file=sys.stderr,
+            )
+    on_board = [out / name for name, s in statuses.items() if s.status in ("scored", "incomplete")]
+    try:
+        summaries = report.load_summaries(on_board) if on_board else {}
+    except (FileNotFoundError, ValueError) as exc:  # a result dir edited by hand: the records are kept
+        print(f"error: cannot write the leaderboard: {exc}", file=sys.stderr)
+        write_models_file(out, root, set_name, statuses, skipped, exit_code=2)
+        return 2
+    print(report.write_leaderboard(out, summaries, leaderboard_notes(statuses, skipped)))
+    code = overall_exit_code(statuses)
+    write_models_file(out, root, set_name, statuses, skipped, exit_code=code)
+    bad = [name for name, s in statuses.items() if s.status != "scored"]
+    if bad:
+        print(
+            f"error: {len(bad)} of {len(statuses)} models not fully scored: {', '.join(bad)} "
+            f"(see {out / MODELS_FILE})",
+            file=sys.stderr,
+        )
+    return code
