@@ -29,8 +29,12 @@ from cs3_tasks.asr import Transcript
 
 
 def pytest_configure(config):
-    if not os.environ.get("CS3_BENCH_CACHE"):
+    # a pytest-xdist worker inherits the controller's environment: it gets a cache of its own unless the
+    # cache was the user's choice, so that every session stays cold
+    made_here = os.environ.get("CS3_BENCH_TEST_CACHE")
+    if not os.environ.get("CS3_BENCH_CACHE") or os.environ["CS3_BENCH_CACHE"] == made_here:
         os.environ["CS3_BENCH_CACHE"] = tempfile.mkdtemp(prefix="cs3-bench-test-cache-")
+        os.environ["CS3_BENCH_TEST_CACHE"] = os.environ["CS3_BENCH_CACHE"]
     # Never reach for the network: the Hub and model hosts are not reachable on CI machines.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

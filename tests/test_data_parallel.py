@@ -18,6 +18,7 @@ import json
 import math
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -164,12 +165,19 @@ def launch(
             "--dynamo_backend",
             "no",
             "--main_process_port",
-            str(29500 + os.getpid() % 1000),
+            str(_free_port()),
             "-m",
             module,
         ]
     )
     return subprocess.run(prefix + args, env=child, capture_output=True, text=True, timeout=1800, check=False)
+
+
+def _free_port() -> int:
+    """A TCP port free right now (a fixed port collides with another run on the same machine)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 @needs_demo
@@ -183,7 +191,7 @@ def test_collectives_across_two_processes(tmp_path):
             "--nproc_per_node",
             "2",
             "--master_port",
-            str(29500 + os.getpid() % 1000),
+            str(_free_port()),
             str(REPO / "tests" / "dp_collectives_probe.py"),
             str(STRONG),
             str(REPO / "task_configs"),
