@@ -30,6 +30,7 @@ import shutil
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -374,6 +375,54 @@ def qc_scores(source_text: str, transcript: str) -> tuple[float | None, float | 
     return cer, recall
 
 
+def qc_totals(records: Sequence[QcRecord], max_cer: float, min_english_recall: float) -> dict[str, dict]:
+    """Per set: clips checked, over threshold, corpus CER over the Chinese characters, English words heard.
+
+    A clip whose ASR failed has no transcript to score: it is counted (``asr_errors``), not scored as silence.
+    """
+    from cs3_tasks import metrics, text
+
+    totals: dict[str, dict] = {}
+    for set_name in dict.fromkeys(r.set_name for r in records):
+        checked = [r for r in records if r.set_name == set_name]
+        rows = [r for r in checked if r.status != "asr_error"]
+        zh = [("".join(text.cjk_chars(r.text)), "".join(text.cjk_chars(r.transcript))) for r in rows]
+        zh = [(ref, hyp) for ref, hyp in zh if ref]
+        words = heard = 0
+        for r in rows:
+            expected, got = Counter(text.english_words(r.text)), Counter(text.english_words(r.transcript))
+            words += sum(expected.values())
+            heard += sum((expected & got).values())
+        totals[set_name] = {
+            "checked": len(checked),
+            "over_threshold": sum(bool(r.reasons) for r in rows),
+            "cer_over_threshold": sum(r.cer is not None and r.cer > max_cer for r in rows),
+            "recall_under_threshold": sum(
+                r.english_recall is not None and r.english_recall < min_english_recall for r in rows
+            ),
+            "asr_errors": len(checked) - len(rows),
+            "chinese_cer": metrics.corpus_character_error_rate(*zip(*zh)) if zh else None,
+            "english_words": words,
+            "english_words_heard": heard,
+        }
+    return totals
+
+
+def qc_totals_line(totals: dict[str, dict]) -> str:
+    """One sentence per set of ``qc_totals`` for the card and the report."""
+    parts = []
+    for set_name, t in totals.items():
+        cer = "" if t["chinese_cer"] is None else f"Chinese CER {t['chinese_cer']:.3f}, "
+        heard = (
+            f"English words heard {t['english_words_heard']}/{t['english_words']}, "
+            if t["english_words"]
+            else ""
+        )
+        errors = f", {t['asr_errors']} ASR errors" if t["asr_errors"] else ""
+        parts.append(f"{set_name}: {cer}{heard}{t['over_threshold']}/{t['checked']} over threshold{errors}")
+    return "; ".join(parts)
+
+
 def qc_selection(records: list[dict], mode: str, sample: int) -> list[dict]:
     """The items to check: all, none, or a deterministic sample (smallest sha256 of the Qid) of ``sample``."""
     if mode == "none":
@@ -444,6 +493,7 @@ def write_qc_report(config: BuildConfig, records: list[QcRecord]) -> None:
         "thresholds": {"max_cer": config.max_cer, "min_english_recall": config.min_english_recall},
         "checked": len(records),
         "by_status": dict(sorted(Counter(r.status for r in records).items())),
+        "by_set": qc_totals(records, config.max_cer, config.min_english_recall),
     }
     report = {"summary": summary, "items": [asdict(r) for r in records]}
     atomic_write(out / "qc_report.json", json.dumps(report, ensure_ascii=False, indent=2))
@@ -475,6 +525,8 @@ def _qc_markdown(summary: dict, records: list[QcRecord]) -> str:
         "",
         f"Checked {summary['checked']} item(s): "
         + (", ".join(f"{k} {v}" for k, v in summary["by_status"].items()) or "none"),
+        "",
+        f"Per set (corpus CER over the Chinese characters): {qc_totals_line(summary['by_set']) or 'none'}.",
         "",
     ]
     attention = [r for r in records if r.status in ("flagged", "asr_error", "accepted")]
@@ -598,7 +650,9 @@ def build_dataset(config: BuildConfig) -> BuildResult:
     missing = {name: [f.qid for f in failures if f.set_name == name] for name in source}
     status = Counter(r.status for r in qc_records)
     qc_summary = (
-        f"{len(qc_records)} clip(s) checked, " + ", ".join(f"{n} {s}" for s, n in sorted(status.items()))
+        f"{len(qc_records)} clip(s) checked, "
+        + ", ".join(f"{n} {s}" for s, n in sorted(status.items()))
+        + f"; {qc_totals_line(qc_totals(qc_records, config.max_cer, config.min_english_recall))}"
         if qc_records
         else None
     )

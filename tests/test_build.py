@@ -626,3 +626,30 @@ def test_hf_dataset_card_is_the_rendered_template():
         },
     )
     assert (REPO / "hf_dataset" / "README.md").read_text(encoding="utf-8") == expected
+
+
+def test_qc_totals_are_corpus_rates_and_leave_asr_errors_out():
+    rows = [
+        build.QcRecord(
+            "knowledge", "q1", "Mormon church的总部", "的總部", 0.0, 0.0, "flagged", ["English recall"]
+        ),
+        build.QcRecord("knowledge", "q2", "哪座城市有Big Ben", "哪座城市有big ben", 0.0, 1.0, "pass"),
+        build.QcRecord("knowledge", "q3", "伦敦在哪", "", None, None, "asr_error", ["timeout"]),
+        build.QcRecord(
+            "knowledge_en", "q1", "Where is the Mormon church", "where is the moron church", None, 0.8, "pass"
+        ),
+    ]
+    totals = build.qc_totals(rows, max_cer=0.2, min_english_recall=0.8)
+    knowledge = totals["knowledge"]
+    assert knowledge["checked"] == 3 and knowledge["asr_errors"] == 1  # counted, not scored as silence
+    assert knowledge["over_threshold"] == 1 and knowledge["recall_under_threshold"] == 1
+    assert (
+        knowledge["cer_over_threshold"] == 0 and knowledge["chinese_cer"] == 0.0
+    )  # traditional = simplified
+    assert (knowledge["english_words_heard"], knowledge["english_words"]) == (2, 4)
+    assert totals["knowledge_en"]["chinese_cer"] is None
+    assert (totals["knowledge_en"]["english_words_heard"], totals["knowledge_en"]["english_words"]) == (4, 5)
+    line = build.qc_totals_line(totals)
+    assert line.startswith(
+        "knowledge: Chinese CER 0.000, English words heard 2/4, 1/3 over threshold, 1 ASR errors"
+    )
