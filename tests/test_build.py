@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -288,7 +289,18 @@ def test_killed_build_keeps_finished_items(tmp_path, monkeypatch, kill_signal):
         "espeak",
     ]
     env = {**os.environ, "CS3_TEST_GATE": str(gate), "CS3_TEST_GATE_AFTER": str(GATE_AFTER)}
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        # Ctrl-C as in a terminal: a runner that ignores SIGINT (pytest-xdist workers) would pass that on
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    # whatever happens, the items at the gate are released in time, so a failure cannot hang the suite
+    release = threading.Timer(90, gate.touch)
+    release.start()
     try:
         # the observable state: the items before the gate are in the cache, the others wait at the gate
         deadline = time.monotonic() + 120
@@ -303,6 +315,7 @@ def test_killed_build_keeps_finished_items(tmp_path, monkeypatch, kill_signal):
                 if "interrupted" in line:
                     break
     finally:
+        release.cancel()
         gate.touch()  # release the items at the gate, so that the interrupted process can exit
     process.stderr.read()
     code = process.wait(timeout=60)
