@@ -367,12 +367,17 @@ def qc_scores(source_text: str, transcript: str) -> tuple[float | None, float | 
 
     ref_zh = "".join(text.cjk_chars(source_text))
     cer = metrics.character_error_rate(ref_zh, "".join(text.cjk_chars(transcript))) if ref_zh else None
-    ref_en = Counter(text.english_words(source_text))
-    if not ref_en:
-        return cer, None
-    heard = Counter(text.english_words(transcript))
-    recall = sum((ref_en & heard).values()) / sum(ref_en.values())
-    return cer, recall
+    heard, words = english_words_heard(source_text, transcript)
+    return cer, (heard / words if words else None)
+
+
+def english_words_heard(source_text: str, transcript: str) -> tuple[int, int]:
+    """(English words of the source found in the transcript, counted with multiplicity; English words of the
+    source), after normalisation."""
+    from cs3_tasks import text
+
+    expected, got = Counter(text.english_words(source_text)), Counter(text.english_words(transcript))
+    return sum((expected & got).values()), sum(expected.values())
 
 
 def qc_totals(records: Sequence[QcRecord], max_cer: float, min_english_recall: float) -> dict[str, dict]:
@@ -388,11 +393,7 @@ def qc_totals(records: Sequence[QcRecord], max_cer: float, min_english_recall: f
         rows = [r for r in checked if r.status != "asr_error"]
         zh = [("".join(text.cjk_chars(r.text)), "".join(text.cjk_chars(r.transcript))) for r in rows]
         zh = [(ref, hyp) for ref, hyp in zh if ref]
-        words = heard = 0
-        for r in rows:
-            expected, got = Counter(text.english_words(r.text)), Counter(text.english_words(r.transcript))
-            words += sum(expected.values())
-            heard += sum((expected & got).values())
+        heard_and_words = [english_words_heard(r.text, r.transcript) for r in rows]
         totals[set_name] = {
             "checked": len(checked),
             "over_threshold": sum(bool(r.reasons) for r in rows),
@@ -402,8 +403,8 @@ def qc_totals(records: Sequence[QcRecord], max_cer: float, min_english_recall: f
             ),
             "asr_errors": len(checked) - len(rows),
             "chinese_cer": metrics.corpus_character_error_rate(*zip(*zh)) if zh else None,
-            "english_words": words,
-            "english_words_heard": heard,
+            "english_words": sum(words for _, words in heard_and_words),
+            "english_words_heard": sum(heard for heard, _ in heard_and_words),
         }
     return totals
 
@@ -482,7 +483,8 @@ def _qc_record(
     return QcRecord(set_name, qid, source_text, heard.text, cer, recall, status, reasons)
 
 
-def write_qc_report(config: BuildConfig, records: list[QcRecord]) -> None:
+def write_qc_report(config: BuildConfig, records: list[QcRecord]) -> dict:
+    """Write qc_report.json and qc_report.md; returns the report's summary."""
     out = Path(config.out)
     used = asr.AsrConfig(config.asr_backend, config.asr_model, config.asr_short_clips).resolved()
     summary = {
@@ -498,6 +500,7 @@ def write_qc_report(config: BuildConfig, records: list[QcRecord]) -> None:
     report = {"summary": summary, "items": [asdict(r) for r in records]}
     atomic_write(out / "qc_report.json", json.dumps(report, ensure_ascii=False, indent=2))
     atomic_write(out / "qc_report.md", _qc_markdown(summary, records))
+    return summary
 
 
 def _model_label(model: str) -> str:
@@ -638,8 +641,7 @@ def build_dataset(config: BuildConfig) -> BuildResult:
     audio_by_item, failures, hits = synthesize_all(plan, cache, jobs=jobs, progress=config.progress)
 
     qc_records = run_qc(config, source, audio_by_item, corrections) if config.qc != "none" else []
-    if config.qc != "none":
-        write_qc_report(config, qc_records)
+    qc_report = write_qc_report(config, qc_records) if config.qc != "none" else None
 
     rows: dict[str, int] = {}
     num_bytes: dict[str, int] = {}
@@ -648,11 +650,10 @@ def build_dataset(config: BuildConfig) -> BuildResult:
         rows[set_name] = len(set_rows)
         num_bytes[set_name] = write_parquet(set_name, set_rows, out)
     missing = {name: [f.qid for f in failures if f.set_name == name] for name in source}
-    status = Counter(r.status for r in qc_records)
     qc_summary = (
-        f"{len(qc_records)} clip(s) checked, "
-        + ", ".join(f"{n} {s}" for s, n in sorted(status.items()))
-        + f"; {qc_totals_line(qc_totals(qc_records, config.max_cer, config.min_english_recall))}"
+        f"{qc_report['checked']} clip(s) checked, "
+        + ", ".join(f"{n} {s}" for s, n in qc_report["by_status"].items())
+        + f"; {qc_totals_line(qc_report['by_set'])}"
         if qc_records
         else None
     )
