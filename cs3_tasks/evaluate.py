@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cs3_tasks.cache import atomic_write
 from cs3_tasks.data import SETS
 
 DEMO_RESPONSES = Path(__file__).resolve().parent / "demo" / "responses"
@@ -74,7 +75,6 @@ def records_from_samples(samples: Mapping[str, Sequence[Mapping]]) -> dict[tuple
 def write_scored_dir(records: Mapping[str, Sequence[dict]], out: Path, model: str) -> dict[str, dict]:
     """Write ``<set>.records.jsonl`` / ``.summary.json`` / ``.summary.md`` (the ``cs3-bench score``
     layout, so ``cs3-bench report`` reads it) and return the summaries, with the cs-vs-en comparison."""
-    from cs3_tasks.cache import atomic_write
     from cs3_tasks.summary import attach_cs_vs_en, summarize, write_summary
 
     out.mkdir(parents=True, exist_ok=True)
@@ -205,8 +205,11 @@ def run_demo(args: argparse.Namespace) -> int:
     print("\n=== code-switched vs English knowledge questions ===")
     comparison = cs_vs_en_markdown(per_model)
     print(comparison)
-    (out / "cs_vs_en.md").write_text(comparison, encoding="utf-8")
-    _leaderboard_and_figure(out, per_model)
+    atomic_write(out / "cs_vs_en.md", comparison)
+    from cs3_tasks import report
+
+    print("=== leaderboard ===")
+    print(report.write_leaderboard(out, per_model))
     print(f"demo finished in {time.time() - started:.0f} s; results in {out}")
     return 0
 
@@ -250,20 +253,6 @@ def evaluate_outputs(
     )
     records = {s: r for (s, variant), r in records_from_samples(samples).items() if variant == "audio"}
     return write_scored_dir(records, out, model)
-
-
-def _leaderboard_and_figure(out: Path, per_model: Mapping[str, Mapping[str, dict]]) -> None:
-    from cs3_tasks import report
-
-    rows = report.leaderboard_rows(per_model)
-    board = report.leaderboard_markdown(rows)
-    print("=== leaderboard ===")
-    print(board)
-    (out / "leaderboard.md").write_text(board, encoding="utf-8")
-    report.write_csv(out / "leaderboard.csv", rows)
-    figure = out / "accuracy.png"
-    report.plot_accuracy(per_model, figure)
-    print(f"figure: {figure}")
 
 
 # ---------------------------------------------------------------------------------------------------------
