@@ -57,7 +57,9 @@ def lm_eval_command(stage: str, args: argparse.Namespace, model_args: str) -> li
             "--use_cache", str(out / "text" / "lm_cache"),
             "--output_path", str(out / "text" / "results"), *common,
         ]  # fmt: skip
-    cascade_args = f"llm=offline,max_new_tokens={args.max_gen_toks},output_dir={out / 'cascade' / 'speech'}"
+    cascade_args = (
+        f"llm=offline,max_new_tokens={args.max_gen_toks},resume=true,output_dir={out / 'cascade' / 'speech'}"
+    )
     return [
         sys.executable, "-m", "lm_eval", "--model", "cs3-cascade", "--model_args", cascade_args,
         "--tasks", ",".join(CASCADE_TASKS),

@@ -131,3 +131,44 @@ def test_cascade_needs_exactly_one_llm():
         CascadeLM()
     with pytest.raises(ValueError, match="llm_model"):
         CascadeLM(llm_base_url="http://127.0.0.1:9/v1")
+
+
+def test_cascade_saves_each_answer_before_asking_for_the_next(tiny_llm_dir, tmp_path, monkeypatch):
+    """A run killed while the LLM works keeps every item answered so far; resume asks only for the rest."""
+    from cs3_tasks.models import cascade
+    from cs3_tasks.models.base import SpeechReply
+
+    def make_lm(resume: bool) -> cascade.CascadeLM:
+        lm = cascade.CascadeLM(
+            llm=str(tiny_llm_dir), max_new_tokens=4, batch_size=1, resume=resume,
+            output_dir=str(tmp_path / "out"), device="cpu", tts_backend="espeak",
+        )  # fmt: skip
+        monkeypatch.setattr(lm, "transcribe", lambda reqs: [f"question {r.qid}" for r in reqs])
+        tone = np.sin(np.linspace(0, 200, 8000)).astype(np.float32)
+        monkeypatch.setattr(
+            lm, "speak", lambda text: SpeechReply(text="answer", audio=tone, sample_rate=16000)
+        )
+        return lm
+
+    requests = [instance(f"q{i}", f"q{i}.wav", i) for i in range(3)]
+    saved = tmp_path / "out" / "open_ended.jsonl"
+    lm = make_lm(resume=False)
+    original = lm._generate_hf
+
+    def killed_at_the_third(conversations):
+        if "q2" in conversations[0][-1]["content"]:
+            raise KeyboardInterrupt  # not an item failure: the run stops here, as a kill would
+        return original(conversations)
+
+    monkeypatch.setattr(lm, "_generate_hf", killed_at_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        lm.generate_until(requests)
+    assert [json.loads(line)["Qid"] for line in saved.read_text().splitlines()] == ["q0", "q1"]
+
+    lm = make_lm(resume=True)
+    asked = []
+    original = lm._generate_hf
+    monkeypatch.setattr(lm, "_generate_hf", lambda convs: (asked.extend(convs), original(convs))[1])
+    out = lm.generate_until(requests)
+    assert [conv[-1]["content"] for conv in asked] == ["question q2"]
+    assert all(decode_response(response)[0] == "answer" for response in out)

@@ -10,8 +10,9 @@
     lm_eval --model cs3-cascade --model_args llm=DIR,llm_gguf_file=model.gguf --tasks cs3_knowledge
 
 Stages run over the whole request list: ASR batched over all queries (``cs3_tasks.asr.transcribe_batch``,
-cached), then the LLM (HF: batches of ``batch_size``; endpoint: a bounded thread pool), then TTS
-(``cs3_tasks.tts.synthesize``) per answer. A failure at any stage fails only that item.
+cached), then the LLM (HF: batches of ``batch_size``; endpoint: a bounded thread pool), each answer spoken
+(``cs3_tasks.tts.synthesize``) and saved as soon as it exists, so a killed run keeps every item it answered.
+A failure at any stage fails only that item.
 
 The LLM sees what a listener heard: the ASR transcript as the user turn. ``send_instruction=true``
 prepends the task's instruction (written for audio models) to it.
@@ -21,8 +22,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 from lm_eval.api.registry import register_model
@@ -35,7 +36,6 @@ from cs3_tasks.models.base import (
     SpeechReply,
     SpeechRequest,
     as_bool,
-    chunked,
     pick_device,
 )
 
@@ -155,28 +155,31 @@ class CascadeLM(SpeechLM):
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return system + [{"role": "user", "content": user}]
 
-    def answer(
+    def answers(
         self, requests: Sequence[SpeechRequest], transcripts: Sequence[str]
-    ) -> list[str | BaseException]:
+    ) -> Iterator[tuple[int, str | BaseException]]:
+        """(position, answer or the exception of that item), as each answer exists: an endpoint's in
+        completion order, HF's batch by batch, so the caller saves each before the next is asked for."""
         conversations = [self.messages(req, text) for req, text in zip(requests, transcripts)]
         if self.endpoint is not None:
             with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
-                futures = [pool.submit(self._ask_endpoint, conv) for conv in conversations]
-                return [f.exception() or f.result() for f in futures]
-        answers: list[str | BaseException] = []
-        for batch in chunked(conversations, self.batch_size):
+                futures = {pool.submit(self._ask_endpoint, conv): i for i, conv in enumerate(conversations)}
+                for future in as_completed(futures):
+                    yield futures[future], future.exception() or future.result()
+            return
+        for start in range(0, len(conversations), self.batch_size):
+            batch = conversations[start : start + self.batch_size]
             try:
-                answers.extend(self._generate_hf(batch))
+                answers: list[str | BaseException] = list(self._generate_hf(batch))
             except Exception as error:  # noqa: BLE001 - retried one by one so one item cannot sink a batch
-                if len(batch) == 1:
-                    answers.append(error)
-                    continue
-                for conv in batch:
-                    try:
-                        answers.extend(self._generate_hf([conv]))
-                    except Exception as item_error:  # noqa: BLE001 - recorded for this item only
-                        answers.append(item_error)
-        return answers
+                answers = [error] if len(batch) == 1 else [self._generate_one(conv) for conv in batch]
+            yield from enumerate(answers, start)
+
+    def _generate_one(self, conversation: list[dict]) -> str | BaseException:
+        try:
+            return self._generate_hf([conversation])[0]
+        except Exception as error:  # noqa: BLE001 - recorded for this item only
+            return error
 
     def speak(self, text: str) -> SpeechReply:
         from cs3_tasks.tts import synthesize
@@ -195,15 +198,16 @@ class CascadeLM(SpeechLM):
             if not isinstance(h, str):
                 done(requests[i], h)
         log.info("cs3-cascade: asking the LLM %s for %d answers", self.llm_name, len(ok))
-        answers = self.answer([requests[i] for i in ok], [heard[i] for i in ok])
-        for i, answer in zip(ok, answers):
+        # each answer is spoken and saved before the next is generated: a killed run keeps what it answered
+        for position, answer in self.answers([requests[i] for i in ok], [heard[i] for i in ok]):
+            req = requests[ok[position]]
             if isinstance(answer, BaseException):
-                done(requests[i], answer)
+                done(req, answer)
                 continue
             try:
-                done(requests[i], self.speak(answer))
+                done(req, self.speak(answer))
             except Exception as error:  # noqa: BLE001 - a TTS failure (e.g. empty answer) fails this item only
-                done(requests[i], ItemError(f"{requests[i].task}/{requests[i].qid}: TTS failed: {error}"))
+                done(req, ItemError(f"{req.task}/{req.qid}: TTS failed: {error}"))
 
     # -- LLM backends ---------------------------------------------------------------------------
 
