@@ -262,6 +262,12 @@ def _parse_line(
     qid = qid.strip()
     problem = None
     text = row.get("Response") if authors_layout else row.get("text")
+    failure = None if authors_layout else row.get("error")
+    if failure:
+        # our wrappers' row of a failed item (`models.base`): a failure, not a wrong answer; an empty
+        # text is no answer, a text the model did give (e.g. before its TTS failed) is still scored
+        problem = f"generation failed: {failure}"
+        text = text if isinstance(text, str) and text.strip() else None
     if text is not None and not isinstance(text, str):
         problem = join_problems(problem, f"text response is a {type(text).__name__}, not a string")
         text = None
@@ -269,7 +275,7 @@ def _parse_line(
         problem = join_problems(
             problem, "empty text response"
         )  # kept: an empty answer is scored as not correct
-    elif text is None:
+    elif text is None and not failure:
         problem = join_problems(problem, "no text response")
     if isinstance(text, str):
         text, repair = repair_text(text)

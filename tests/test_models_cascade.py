@@ -172,3 +172,36 @@ def test_cascade_saves_each_answer_before_asking_for_the_next(tiny_llm_dir, tmp_
     out = lm.generate_until(requests)
     assert [conv[-1]["content"] for conv in asked] == ["question q2"]
     assert all(decode_response(response)[0] == "answer" for response in out)
+
+
+def test_a_tts_failure_fails_the_speech_channel_and_keeps_the_text(tiny_llm_dir, tmp_path, monkeypatch):
+    """The answer the LLM gave is scored on the text channel; the speech channel is a counted failure, the
+    same through lm-eval's response and through `cs3-bench score` re-reading the saved folder."""
+    from cs3_tasks.task_configs import utils
+
+    from cs3_tasks.models import cascade
+    from cs3_tasks.outputs import read_outputs
+
+    lm = cascade.CascadeLM(
+        llm=str(tiny_llm_dir), max_new_tokens=4, output_dir=str(tmp_path / "out"), device="cpu",
+        tts_backend="espeak",
+    )  # fmt: skip
+    monkeypatch.setattr(lm, "transcribe", lambda reqs: [f"question {r.qid}" for r in reqs])
+    answers = {"question q0": "Paris", "question q1": ""}
+    monkeypatch.setattr(lm, "_generate_hf", lambda convs: [answers[c[-1]["content"]] for c in convs])
+
+    def speak(text):
+        raise RuntimeError("gather index out of bounds")
+
+    monkeypatch.setattr(lm, "speak", speak)
+    out = lm.generate_until([instance("q0", "q0.wav", 0), instance("q1", "q1.wav", 1)])
+
+    from_lm_eval = [utils.model_output({"Qid": qid}, [r]) for qid, r in zip(["q0", "q1"], out)]
+    saved = read_outputs(tmp_path / "out", "open_ended")
+    for output in (from_lm_eval[0], saved["q0"]):
+        assert (output.text, output.audio) == ("Paris", None)
+        assert "generation failed" in output.problem and "TTS failed: gather index" in output.problem
+    for output in (from_lm_eval[1], saved["q1"]):  # an empty answer that could not be spoken: no answer
+        assert output.text is None and "generation failed" in output.problem
+    errors = (tmp_path / "out" / "errors.jsonl").read_text().splitlines()
+    assert [json.loads(line)["Qid"] for line in errors] == ["q0", "q1"]

@@ -64,6 +64,9 @@ class SpeechReply:
     text: str
     audio: np.ndarray | None = None
     sample_rate: int = SAMPLE_RATE
+    # why a speech model has no waveform for this answer (e.g. its TTS failed): the item is recorded as a
+    # failure of the speech channel while its text channel is still scored
+    speech_error: str | None = None
 
 
 Outcome = SpeechReply | BaseException
@@ -325,13 +328,18 @@ class SpeechLM(DataParallelLM):
                     audio_path = str(path)
             except Exception as save_error:  # noqa: BLE001 - e.g. NaN samples: the item fails, run goes on
                 text, audio_path, error = "", None, save_error
+            if error is None and outcome.speech_error:
+                error = ItemError(outcome.speech_error)
         if error is not None:
             self._record_failure(req, error)
         self._append_row(req, text, audio_path, error)
         # A failed item carries its cause, so the scorer records it as a failure (excluded, counted),
-        # never as a wrong answer.
+        # never as a wrong answer; a failed item's text, when it has one, is still scored
+        # (`cs3_tasks.outputs` reads the saved row by the same rule).
         problem = None if error is None else f"generation failed: {type(error).__name__}: {error}"
-        response = encode_response(None if error else text, audio_path, problem=problem)
+        response = encode_response(
+            text if error is None or text.strip() else None, audio_path, problem=problem
+        )
         # lm-eval's --use_cache stores responses it gets from us; partial adds make a killed run resumable.
         if error is None:
             self.cache_hook.add_partial("generate_until", instance.args, response)

@@ -205,9 +205,10 @@ class CascadeLM(SpeechLM):
                 done(req, answer)
                 continue
             try:
-                done(req, self.speak(answer))
+                reply = self.speak(answer)
             except Exception as error:  # noqa: BLE001 - a TTS failure (e.g. empty answer) fails this item only
-                done(req, ItemError(f"{req.task}/{req.qid}: TTS failed: {error}"))
+                reply = SpeechReply(text=answer, speech_error=f"{req.task}/{req.qid}: TTS failed: {error}")
+            done(req, reply)
 
     # -- LLM backends ---------------------------------------------------------------------------
 
