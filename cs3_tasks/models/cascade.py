@@ -36,6 +36,7 @@ from cs3_tasks.models.base import (
     SpeechReply,
     SpeechRequest,
     as_bool,
+    chunked,
     pick_device,
 )
 
@@ -167,13 +168,14 @@ class CascadeLM(SpeechLM):
                 for future in as_completed(futures):
                     yield futures[future], future.exception() or future.result()
             return
-        for start in range(0, len(conversations), self.batch_size):
-            batch = conversations[start : start + self.batch_size]
+        start = 0
+        for batch in chunked(conversations, self.batch_size):
             try:
                 answers: list[str | BaseException] = list(self._generate_hf(batch))
             except Exception as error:  # noqa: BLE001 - retried one by one so one item cannot sink a batch
                 answers = [error] if len(batch) == 1 else [self._generate_one(conv) for conv in batch]
             yield from enumerate(answers, start)
+            start += len(batch)
 
     def _generate_one(self, conversation: list[dict]) -> str | BaseException:
         try:
