@@ -952,8 +952,9 @@ class ScoringSetup:
 
 @dataclass(frozen=True)
 class ScoreOutcome:
-    """How `score_outputs` ended: exit code 0 (scored) or 3 (most judge verdicts failed: the summaries are
-    written but incomplete, ``message`` says so), and the sets scored."""
+    """How `score_outputs` ended: exit code 0 (scored) or 3 (most judge verdicts failed, or most items of a
+    set have no response on a channel: the summaries are written but incomplete, ``message`` says so), and
+    the sets scored."""
 
     exit_code: int
     sets: tuple[str, ...]
@@ -1060,6 +1061,14 @@ def score_outputs(
             f"records in {out}); the summary is incomplete. Re-run to retry them."
         )
         return ScoreOutcome(3, tuple(set_names), message)
+    for set_name in set_names:
+        missing, items = summary.missing_responses(summaries[set_name])
+        if 2 * missing > items:
+            message = (
+                f"{set_name}: {missing} of {items} items have no response on a channel (generation, TTS or "
+                f"ASR failed: see the problem field of the records in {out}); the summary is incomplete."
+            )
+            return ScoreOutcome(3, tuple(set_names), message)
     return ScoreOutcome(0, tuple(set_names))
 
 

@@ -51,15 +51,15 @@ def _channel_summary(set_name: str, records: Sequence[dict], ch: str, protocol: 
         return None  # text-only model (speech) or no text at all: not applicable, never 0
     summary: dict[str, Any] = {}
     if set_name in KNOWLEDGE_SETS:
-        # None = excluded (judge_error, missing channel); unresolved items are False (keyword-only accuracy)
+        # None = not in the rate but in its bounds (judge_error, missing); unresolved items are False
         summary["accuracy"] = metrics.rate([r[f"{ch}_correct"] for r in records])
         statuses = Counter(r[f"{ch}_status"] for r in records)
         summary["status_counts"] = {s: statuses.get(s, 0) for s in STATUSES}
-        summary["n_judge_error"] = statuses.get("judge_error", 0)  # excluded from the rate
+        summary["n_judge_error"] = statuses.get("judge_error", 0)  # a missing verdict: in the bounds
         summary["n_unresolved"] = statuses.get("unresolved", 0)  # counted as not correct
-        summary["n_missing"] = statuses.get("missing", 0)  # excluded: no response on this channel
+        summary["n_missing"] = statuses.get("missing", 0)  # no response on this channel: in the bounds
         summary["n_empty"] = statuses.get("empty", 0)  # counted as not correct: the model said nothing
-        with_bounds(summary["accuracy"], summary["n_judge_error"])
+        with_bounds(summary["accuracy"], summary["n_judge_error"] + summary["n_missing"])
         categories = sorted({r["category"] for r in records if r["category"] is not None})
         summary["by_category"] = {}
         for category in categories:
@@ -67,8 +67,10 @@ def _channel_summary(set_name: str, records: Sequence[dict], ch: str, protocol: 
             entry = metrics.rate([r[f"{ch}_correct"] for r in in_cat])
             entry["n_judge_error"] = sum(1 for r in in_cat if r[f"{ch}_status"] == "judge_error")
             entry["n_unresolved"] = sum(1 for r in in_cat if r[f"{ch}_status"] == "unresolved")
-            with_bounds(entry, entry["n_judge_error"])
+            entry["n_missing"] = sum(1 for r in in_cat if r[f"{ch}_status"] == "missing")
+            with_bounds(entry, entry["n_judge_error"] + entry["n_missing"])
             summary["by_category"][category] = entry
+        n_missing = summary["n_missing"]
     else:
         relevance = [r[f"{ch}_relevance"] for r in applicable]
         if protocol == "reference":  # their scores run 0-5 ([0] accepted); understood = relevance > 3
@@ -82,22 +84,38 @@ def _channel_summary(set_name: str, records: Sequence[dict], ch: str, protocol: 
         summary["n_unscored"] = sum(
             1 for r in applicable if r[f"{ch}_relevance"] is None and not r[f"{ch}_relevance_error"]
         )
-        with_bounds(summary["understanding_rate"], summary["n_relevance_error"])
-        with_bounds(summary["mean_relevance"], summary["n_relevance_error"], worst=1.0, best=5.0)
-        with_bounds(summary["mean_semantic"], summary["n_semantic_error"], worst=1.0, best=5.0)
-    summary["lsa"] = metrics.rate([r[f"{ch}_lsa"] for r in applicable])
+        n_missing = summary["n_missing"] = sum(1 for r in records if channel_response(r, ch) is None)
+        # without a judge there is no rate to bound: the items without a response change nothing
+        judged = judge_ran(records, ch)
+        n_unjudged = n_missing if judged else 0
+        with_bounds(summary["understanding_rate"], summary["n_relevance_error"] + n_unjudged)
+        with_bounds(summary["mean_relevance"], summary["n_relevance_error"] + n_unjudged, worst=1.0, best=5.0)
+        with_bounds(summary["mean_semantic"], summary["n_semantic_error"] + n_unjudged, worst=1.0, best=5.0)
+    summary["lsa"] = with_bounds(metrics.rate([r[f"{ch}_lsa"] for r in applicable]), n_missing)
     summary["language_counts"] = dict(
         Counter(r[f"{ch}_language"] for r in records if r[f"{ch}_language"] is not None)
     )
     return summary
 
 
+def channel_response(record: Mapping, ch: str) -> str | None:
+    """What a channel scores: the text response, or the transcript of the spoken one (None: no response
+    on the channel: no output, unreadable output, TTS or ASR failure)."""
+    return record["text"] if ch == "text" else record["transcript"]
+
+
+def judge_ran(records: Sequence[Mapping], ch: str) -> bool:
+    """Whether the open-ended judge was asked about any item of this channel (else there is no rate)."""
+    return any(r[f"{ch}_relevance"] is not None or r[f"{ch}_relevance_error"] for r in records)
+
+
 def with_bounds(entry: dict, n_missing: int, *, worst: float = 0.0, best: float = 1.0) -> dict:
     """Mark a rate (or mean score) with the verdicts it lacks: ``complete`` (no verdict missing),
     ``n_missing_verdict`` and ``bounds`` = [all missing ones ``worst``, all ``best``] (None without data).
 
-    A missing verdict (judge error, transport failure) is not an excluded item: the items that reach the
-    judge are those the keyword stage rejected, so the rate over the rest alone is biased upward."""
+    A missing verdict is not an excluded item. The items that reach the judge are those the keyword stage
+    rejected, and the items without a response (generation, TTS or ASR failed) are often the hard ones, so a
+    rate over the rest alone is biased upward."""
     n, value = entry.get("n") or 0, entry.get("value")
     entry["complete"] = n_missing == 0
     entry["n_missing_verdict"] = n_missing
@@ -110,6 +128,12 @@ def with_bounds(entry: dict, n_missing: int, *, worst: float = 0.0, best: float 
             (total + best * n_missing) / (n + n_missing),
         ]
     return entry
+
+
+def missing_responses(summary: Mapping) -> tuple[int, int]:
+    """(items without a response on the channel that lacks the most, items) of a `summarize` output."""
+    missing = [(summary.get(ch) or {}).get("n_missing", 0) for ch in CHANNELS]
+    return max(missing), summary["n_items"]
 
 
 def item_counts(records: Sequence[dict], *, noun: str = "Qid") -> tuple[list[dict], dict]:
@@ -127,26 +151,23 @@ def item_counts(records: Sequence[dict], *, noun: str = "Qid") -> tuple[list[dic
 
 
 def _reference_bounds(set_name: str, records: Sequence[dict], ch: str, channel: dict | None) -> None:
-    """The authors' aggregation on top of a channel summary (reference protocol): every item with a response
-    on the channel is in the denominator (unparsed verdicts count wrong, as in their code); a judge
-    transport failure is a missing verdict: ``low`` / ``high`` bound the complete number, ``complete``
-    says whether there is any. Keys added to the headline entries: low, high, complete, n_all."""
+    """The authors' aggregation on top of a channel summary (reference protocol): ``value`` is over the items
+    with a verdict (unparsed verdicts count wrong, as in their code). A judge transport failure and an item
+    without a response on the channel are missing verdicts: ``low`` / ``high`` bound the number over every
+    item, ``complete`` says whether there is any. Keys added to the headline entries: low, high, complete,
+    n_all (every item)."""
     from cs3_tasks.reference import SCORE_RANGE, UNDERSTOOD_ABOVE, bounded_mean
 
     if channel is None:
         return
     if set_name in KNOWLEDGE_SETS:
-        answered = [r for r in records if r[f"{ch}_status"] != "missing"]
-        heads = {"accuracy": (bounded_mean([r[f"{ch}_correct"] for r in answered], 0, 1), 1)}
+        # an item without a response has no verdict (correct None): unknown, as a transport failure
+        heads = {"accuracy": (bounded_mean([r[f"{ch}_correct"] for r in records], 0, 1), 1)}
         for category, entry in channel.get("by_category", {}).items():
-            bounds = bounded_mean([r[f"{ch}_correct"] for r in answered if r["category"] == category], 0, 1)
+            bounds = bounded_mean([r[f"{ch}_correct"] for r in records if r["category"] == category], 0, 1)
             entry.update(low=bounds["low"], high=bounds["high"], complete=bounds["complete"])
     else:
-        judged = [
-            r
-            for r in records
-            if any(r[f"{ch}_{a}"] is not None or r[f"{ch}_{a}_error"] for a in ("relevance", "semantic"))
-        ]
+        judged = list(records) if judge_ran(records, ch) else []
         relevance = [r[f"{ch}_relevance"] for r in judged]
         heads = {
             "mean_relevance": (bounded_mean(relevance, *SCORE_RANGE), 1),
@@ -319,16 +340,16 @@ def summary_markdown(summary: Mapping) -> str:
             ", complete"
             if summary.get("complete", True)
             else (
-                ", INCOMPLETE (judge errors: value over the known verdicts, [low, high] bounds the "
-                "complete number)"
+                ", INCOMPLETE (judge errors or items without a response: value over the known verdicts, "
+                "[low, high] bounds the number over every item)"
             )
         )
     lines += [header, *(f"- note: {n}" for n in summary.get("notes") or []), ""]
     if set_name in KNOWLEDGE_SETS:
         lines += [
             (
-                "| channel | accuracy [95% CI] | n | judge_error (excluded) | unresolved | empty (wrong) "
-                "| missing (excluded) | LSA |"
+                "| channel | accuracy [95% CI] | n | judge_error (no verdict) | unresolved | empty (wrong) "
+                "| missing (no response) | LSA |"
             ),
             "| --- | --- | --- | --- | --- | --- | --- | --- |",
         ]

@@ -180,6 +180,7 @@ def test_a_tts_failure_fails_the_speech_channel_and_keeps_the_text(tiny_llm_dir,
     from cs3_tasks.task_configs import utils
 
     from cs3_tasks.models import cascade
+    from cs3_tasks.models.base import SpeechReply
     from cs3_tasks.outputs import read_outputs
 
     lm = cascade.CascadeLM(
@@ -187,14 +188,17 @@ def test_a_tts_failure_fails_the_speech_channel_and_keeps_the_text(tiny_llm_dir,
         tts_backend="espeak",
     )  # fmt: skip
     monkeypatch.setattr(lm, "transcribe", lambda reqs: [f"question {r.qid}" for r in reqs])
-    answers = {"question q0": "Paris", "question q1": ""}
+    # q2-q4 are spoken: 2 failures of 5 leave an incomplete run, not a mostly failed one (RunMostlyFailed)
+    answers = {"question q0": "Paris", "question q1": "", **{f"question q{i}": "Rome" for i in (2, 3, 4)}}
     monkeypatch.setattr(lm, "_generate_hf", lambda convs: [answers[c[-1]["content"]] for c in convs])
 
     def speak(text):
-        raise RuntimeError("gather index out of bounds")
+        if text != "Rome":
+            raise RuntimeError("gather index out of bounds")
+        return SpeechReply(text=text, audio=np.zeros(1600, dtype=np.float32), sample_rate=16000)
 
     monkeypatch.setattr(lm, "speak", speak)
-    out = lm.generate_until([instance("q0", "q0.wav", 0), instance("q1", "q1.wav", 1)])
+    out = lm.generate_until([instance(f"q{i}", f"q{i}.wav", i) for i in range(5)])
 
     from_lm_eval = [utils.model_output({"Qid": qid}, [r]) for qid, r in zip(["q0", "q1"], out)]
     saved = read_outputs(tmp_path / "out", "open_ended")

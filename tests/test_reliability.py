@@ -217,6 +217,116 @@ def test_run_with_mostly_failed_judge_calls_exits_3_after_writing_everything(tmp
     assert summary["speech"]["accuracy"]["bounds"] == [0.0, 1.0]
 
 
+def _knowledge_record(qid: str, correct: bool | None, protocol: str = "cs3") -> dict:
+    """A scored text-channel record: correct True/False, or None for an item with no output."""
+    record = scoring.blank_record("knowledge", qid, "Acoustic", None, protocol)
+    if correct is not None:
+        record.update(text="answer", text_status="keyword" if correct else "unresolved", text_correct=correct)
+    else:
+        record["problem"] = "generation failed: RuntimeError: CUDA out of memory"
+    return record
+
+
+@pytest.mark.parametrize("protocol", ["cs3", "reference"])
+def test_items_without_output_give_bounds_not_a_bare_rate(protocol):
+    from cs3_tasks.summary import format_entry, summarize
+
+    # 2 right, 1 wrong, 3 failed generations (often the hard items): 66.7% over the answered is biased
+    records = [
+        _knowledge_record(f"k-{i}", c, protocol) for i, c in enumerate([True, True, False, None, None, None])
+    ]
+    summary = summarize("knowledge", records)
+    accuracy = summary["text"]["accuracy"]
+    assert accuracy["value"] == pytest.approx(2 / 3) and accuracy["complete"] is False
+    assert accuracy["n_missing_verdict"] == 3 and accuracy["bounds"] == [2 / 6, 5 / 6]
+    assert summary["text"]["by_category"]["Acoustic"]["complete"] is False
+    assert format_entry(accuracy) == "incomplete: 33.3-83.3% (3 verdicts missing)"
+    if protocol == "reference":  # the authors' number stays theirs; the bounds cover every item
+        assert summary["complete"] is False and (accuracy["low"], accuracy["high"]) == (2 / 6, 5 / 6)
+        assert accuracy["n_all"] == 6
+
+
+def test_open_ended_items_without_output_widen_the_bounds_only_when_judged():
+    from cs3_tasks.summary import summarize
+
+    def records(judged: bool) -> list[dict]:
+        out = []
+        for i, relevance in enumerate([5, 4, None]):
+            record = scoring.blank_record("open_ended", f"o-{i}", None, None)
+            if relevance is not None:
+                record["text"] = "answer"
+                if judged:
+                    record.update(text_relevance=relevance, text_semantic=relevance)
+            out.append(record)
+        return out
+
+    rate = summarize("open_ended", records(judged=True))["text"]["understanding_rate"]
+    assert rate["complete"] is False and rate["bounds"] == [2 / 3, 1.0]
+    # keyword stage only: no rate, nothing to bound
+    rate = summarize("open_ended", records(judged=False))["text"]["understanding_rate"]
+    assert rate["value"] is None and rate["complete"] is True and rate["bounds"] is None
+
+
+def test_run_whose_items_mostly_have_no_output_exits_3_after_writing_everything(tmp_path, fakes, capsys):
+    asr, _ = fakes
+    outputs, dataset = _cli_fixture(tmp_path, asr)
+    path = outputs / "json" / "knowledge.json"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    path.write_text("\n".join(lines[:2]) + "\n", encoding="utf-8")  # 2 of 6 items answered
+    out = tmp_path / "result"
+    assert scoring.run(_args(outputs, out, dataset)) == 3
+    assert len(_records(out)) == 6
+    summary = json.loads((out / "knowledge.summary.json").read_text(encoding="utf-8"))
+    assert summary["n_no_output"] == 4 and summary["text"]["accuracy"]["bounds"] == [2 / 6, 1.0]
+    assert "knowledge: 4 of 6 items have no response on a channel" in capsys.readouterr().err
+    path.write_text("\n".join(lines[:4]) + "\n", encoding="utf-8")  # 4 of 6: incomplete, not mostly failed
+    assert scoring.run(_args(outputs, out, dataset)) == 0
+
+
+def test_a_wrapper_run_whose_items_mostly_failed_stops_after_saving_everything(tmp_path):
+    from lm_eval.api.instance import Instance
+
+    from cs3_tasks.models.base import ERRORS_FILE, ItemError, RunMostlyFailed, SpeechLM, SpeechReply
+    from cs3_tasks.outputs import read_outputs
+
+    class FlakyLM(SpeechLM):
+        model_name = "cs3-flaky"
+
+        def __init__(self, failing: set[str], **kwargs):
+            super().__init__(**kwargs)
+            self.failing, self.asked = failing, []
+
+        def generate_batch(self, requests):
+            self.asked += [req.qid for req in requests]
+            return [
+                ItemError(f"{req.qid}: CUDA out of memory")
+                if req.qid in self.failing
+                else SpeechReply(text="答案")
+                for req in requests
+            ]
+
+    requests = [
+        Instance(
+            "generate_until",
+            {"Qid": f"q{i}"},
+            ("instruction", {"until": []}, {"audio": None}),
+            0,
+            ("cs3_knowledge", i, 1),
+        )
+        for i in range(5)
+    ]
+    with pytest.raises(RunMostlyFailed, match="3 of 5 items failed") as raised:
+        FlakyLM({"q1", "q2", "q3"}, output_dir=str(tmp_path), resume=True).generate_until(requests)
+    assert "resume=true" in str(raised.value) and str(tmp_path) in str(raised.value)
+    saved = read_outputs(tmp_path, "knowledge")
+    assert sorted(saved) == [f"q{i}" for i in range(5)] and saved["q0"].text == "答案"
+    assert saved["q1"].text is None and "CUDA out of memory" in saved["q1"].problem
+    assert len((tmp_path / ERRORS_FILE).read_text(encoding="utf-8").splitlines()) == 3
+    # the re-run asks only for the failed items; 2 of 5 failing is an incomplete run, not a failed one
+    again = FlakyLM({"q1", "q2"}, output_dir=str(tmp_path), resume=True)
+    assert len(again.generate_until(requests)) == 5 and again.asked == ["q1", "q2", "q3"]
+
+
 def test_lm_eval_table_has_complete_flag_and_problem_count(fakes):
     from cs3_tasks.task_configs import utils
     from test_scoring import DOCS, JUDGE

@@ -302,7 +302,7 @@ def test_summary_excludes_judge_errors_and_counts_them(tmp_path, fakes):
     text, speech = summary["text"], summary["speech"]
     # text: k-000 keyword, k-001 wrong, k-002 judge correct, k-003 keyword -> 3/4
     assert text["accuracy"]["value"] == pytest.approx(0.75) and text["accuracy"]["n"] == 4
-    # speech: k-000 keyword, k-001 judge correct, k-002 judge_error (excluded), k-003 asr error (missing)
+    # speech: k-000 keyword, k-001 judge correct; k-002 judge_error, k-003 asr error (missing): in the bounds
     assert speech["accuracy"]["value"] == 1.0 and speech["accuracy"]["n"] == 2
     assert speech["n_judge_error"] == 1 and speech["n_missing"] == 1
     assert text["by_category"]["Acoustic"]["value"] == 1.0 and text["by_category"]["Acoustic"]["n"] == 2
@@ -314,7 +314,7 @@ def test_summary_excludes_judge_errors_and_counts_them(tmp_path, fakes):
     psr = summary["psr"]
     assert (psr["recognised"], psr["words"], psr["n_excluded_no_english"]) == (3, 7, 1)
     assert psr["value"] == pytest.approx(3 / 7) and psr["macro"] == pytest.approx(0.5)
-    assert "judge_error (excluded)" in summary_markdown(summary)
+    assert "judge_error (no verdict)" in summary_markdown(summary)
 
 
 def test_no_judge_leaves_unresolved_counted_as_not_correct(tmp_path, fakes):
@@ -690,7 +690,8 @@ def test_end_to_end_real_asr_bad_inputs_and_cached_rerun(tmp_path, offline_asr_m
             ]
         )
 
-    assert scoring.run(args()) == 0
+    # 4 of 6 items have no speech response: everything is written, and the exit code says incomplete
+    assert scoring.run(args()) == 3
     by = scoring.read_records(out / "knowledge.records.jsonl")
     assert set(by) == {f"k-{i:03d}" for i in range(6)}
     assert "salt lake city" in by["k-000"]["transcript"].lower()
@@ -700,7 +701,7 @@ def test_end_to_end_real_asr_bad_inputs_and_cached_rerun(tmp_path, offline_asr_m
     for qid in ("k-002", "k-003"):  # undecodable and empty wav: ASR error on that item only
         assert by[qid]["asr_error"] and by[qid]["speech_status"] == "missing"
     assert "empty text response" in by["k-003"]["problem"]
-    # an empty answer counts against the model; an item with no output at all is excluded and counted
+    # an empty answer counts against the model; an item with no output is outside the rate, in its bounds
     assert by["k-003"]["text_status"] == "empty" and by["k-003"]["text_correct"] is False
     assert by["k-005"]["text_status"] == "missing" and by["k-005"]["text_correct"] is None
     assert "missing wav" in by["k-004"]["problem"] and by["k-004"]["audio"] is None
@@ -708,6 +709,7 @@ def test_end_to_end_real_asr_bad_inputs_and_cached_rerun(tmp_path, offline_asr_m
     summary = json.loads((out / "knowledge.summary.json").read_text())
     assert summary["n_asr_error"] == 2 and summary["speech"]["n_unresolved"] >= 0
     assert summary["text"]["n_empty"] == 1 and summary["text"]["n_missing"] == 1
+    assert summary["speech"]["n_missing"] == 4 and summary["speech"]["accuracy"]["complete"] is False
 
     # scoring again from scratch: every transcript comes from asr.sqlite, the model is never loaded
     def no_model(*a, **k):
@@ -717,7 +719,7 @@ def test_end_to_end_real_asr_bad_inputs_and_cached_rerun(tmp_path, offline_asr_m
     first = scoring.read_records(out / "knowledge.records.jsonl")
     for qid in ("k-002", "k-003"):  # failed items are never cached; drop them to isolate the cache check
         (outputs / "wav" / f"{qid}.wav").unlink()
-    assert scoring.run(args("--restart")) == 0
+    assert scoring.run(args("--restart")) == 3
     again = scoring.read_records(out / "knowledge.records.jsonl")
     assert [again[q]["transcript"] for q in ("k-000", "k-001")] == [
         first[q]["transcript"] for q in ("k-000", "k-001")

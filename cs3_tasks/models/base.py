@@ -11,7 +11,8 @@ item). This base class does the rest, identically for every wrapper:
   and ``cs3-precomputed`` read), so a killed run loses nothing and ``resume=True`` skips items already
   answered;
 - a per-item failure: logged, appended to ``<output_dir>/errors.jsonl``, and returned as an encoded
-  response with empty text and no audio; the run continues;
+  response with empty text and no audio; the run continues. When more than half of the items failed, the
+  run stops there with ``RunMostlyFailed`` (lm-eval exits non-zero; everything generated is saved);
 - a tqdm progress bar;
 - data parallelism (``DataParallelLM``): under ``accelerate launch`` each rank answers its share of the
   requests on its own device and writes its own ``<set>.rank<k>.jsonl`` and ``errors.rank<k>.jsonl``
@@ -74,6 +75,11 @@ Outcome = SpeechReply | BaseException
 
 class ItemError(RuntimeError):
     """A failure attributable to one item (its message names the Qid)."""
+
+
+class RunMostlyFailed(RuntimeError):
+    """More than half of a run's items failed: raised after every output and error is saved, so that the
+    run exits non-zero instead of scoring the few items that worked."""
 
 
 def speech_request(instance: Any, index: int) -> SpeechRequest:
@@ -272,8 +278,12 @@ class SpeechLM(DataParallelLM):
 
         bar = tqdm(total=len(todo), desc=f"{self.model_name} speech generation", disable=disable_tqdm)
 
+        failed: list[str] = []
+
         def done(req: SpeechRequest, outcome: Outcome) -> None:
-            results[req.index] = self._finish(req, outcome, requests[req.index])
+            results[req.index], ok = self._finish(req, outcome, requests[req.index])
+            if not ok:
+                failed.append(req.qid)
             bar.update(1)
 
         try:
@@ -285,14 +295,31 @@ class SpeechLM(DataParallelLM):
         missing = [reqs[i].qid for i, r in enumerate(results) if r is None]
         for i, r in enumerate(results):
             if r is None:  # a subclass that forgot an item: record it rather than crash lm-eval
-                results[i] = self._finish(
+                results[i], _ = self._finish(
                     reqs[i], ItemError(f"{reqs[i].qid}: no result produced"), requests[i]
                 )
         if missing:
             log.error("%s: %d items produced no result: %s", self.model_name, len(missing), missing[:5])
         with self._write_lock:
             self._compact({req.task for req in todo})
+        self._check_not_mostly_failed(len(failed) + len(missing), len(reqs) - len(copies))
         return results  # type: ignore[return-value]
+
+    def _check_not_mostly_failed(self, n_failed: int, n_items: int) -> None:
+        """RunMostlyFailed when more than half of the run's items (every rank's) failed. A collective: every
+        rank gets here once per generate_until, as it does in the task filters."""
+        from cs3_tasks.distributed import all_gather_list
+
+        counts = all_gather_list([(n_failed, n_items)])
+        n_failed, n_items = sum(f for f, _ in counts), sum(n for _, n in counts)
+        if 2 * n_failed <= n_items:
+            return
+        raise RunMostlyFailed(
+            f"{self.model_name}: {n_failed} of {n_items} items failed; the causes are in the errors*.jsonl "
+            f"of {self.output_dir}, where everything generated is saved. Fix the "
+            "cause and re-run with resume=true (only the failed items are generated again), or score what "
+            f"there is with `cs3-bench score --outputs {self.output_dir} --set all --out DIR`."
+        )
 
     def loglikelihood(self, requests: list, disable_tqdm: bool = False) -> list:
         raise NotImplementedError(
@@ -313,7 +340,8 @@ class SpeechLM(DataParallelLM):
 
         return speech_output_path(self.output_dir, req.task, req.qid)
 
-    def _finish(self, req: SpeechRequest, outcome: Outcome, instance: Any) -> str:
+    def _finish(self, req: SpeechRequest, outcome: Outcome, instance: Any) -> tuple[str, bool]:
+        """The encoded response of an item (saved first), and whether it succeeded."""
         from cs3_tasks.speech import encode_response
 
         text, audio_path, error = "", None, None
@@ -343,7 +371,7 @@ class SpeechLM(DataParallelLM):
         # lm-eval's --use_cache stores responses it gets from us; partial adds make a killed run resumable.
         if error is None:
             self.cache_hook.add_partial("generate_until", instance.args, response)
-        return response
+        return response, error is None
 
     def _record_failure(self, req: SpeechRequest, error: BaseException) -> None:
         message = f"{type(error).__name__}: {error}"

@@ -17,7 +17,6 @@ Text decoding is greedy (thinker); the talker samples as in the official example
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -149,27 +148,26 @@ class QwenOmniLM(SpeechLM):
 
         inputs = self.build_inputs(requests)
         max_new = int(requests[0].gen_kwargs.get("max_gen_toks") or self.max_new_tokens)
-        kwargs: dict[str, Any] = {
-            "speaker": self.speaker,
-            "thinker_max_new_tokens": max_new,
-            "thinker_do_sample": False,
-        }
-        if self.return_audio:
-            kwargs.update(
-                talker_max_new_tokens=self.talker_max_new_tokens,
-                talker_eos_token_id=self.talker_eos,
-                talker_do_sample=self.talker_do_sample,
-            )
-            if self.token2wav_num_steps:
-                kwargs["token2wav_num_steps"] = self.token2wav_num_steps
-        # transformers 4.5x took return_audio=; 5.x takes generation_mode="text" for a text-only call.
-        if "return_audio" in inspect.signature(self.model.generate).parameters:
-            kwargs["return_audio"] = self.return_audio
-        elif not self.return_audio:
-            kwargs["generation_mode"] = "text"
         torch.manual_seed(self.seed)  # the talker samples and token2wav starts from noise
         with torch.inference_mode():
-            output = self.model.generate(**inputs, **kwargs)
+            if self.return_audio:
+                kwargs: dict[str, Any] = {
+                    "speaker": self.speaker,
+                    "thinker_max_new_tokens": max_new,
+                    "thinker_do_sample": False,
+                    "talker_max_new_tokens": self.talker_max_new_tokens,
+                    "talker_eos_token_id": self.talker_eos,
+                    "talker_do_sample": self.talker_do_sample,
+                }
+                if self.token2wav_num_steps:
+                    kwargs["token2wav_num_steps"] = self.token2wav_num_steps
+                output = self.model.generate(**inputs, **kwargs)
+            else:
+                # Text only is the thinker alone, which is all the model's generate runs then; transformers
+                # 5.x's generate reads the dropped talker's pad token first and fails on every item.
+                output = self.model.thinker.generate(
+                    **inputs, max_new_tokens=max_new, do_sample=False, use_audio_in_video=False
+                )
         if self.return_audio:
             sequences, wavs = output
             if isinstance(wavs, torch.Tensor):
