@@ -64,6 +64,13 @@ def repair_text(text: str) -> tuple[str, str | None]:
     return text_module.valid_unicode(text), f"text response has {bad} lone surrogates, replaced by U+FFFD"
 
 
+def failed_item(text: Any, error: str) -> tuple[str | None, str]:
+    """The text and problem of an item whose generation failed with ``error`` (a wrapper's row or
+    response): a failure, not a wrong answer. An empty text is no answer; a text the model did give (e.g.
+    before its TTS failed) is still scored."""
+    return (text if isinstance(text, str) and text.strip() else None), f"generation failed: {error}"
+
+
 def join_problems(*problems: str | None) -> str | None:
     """The problems that are set, joined with "; " (None when there is none)."""
     kept = [p for p in problems if p]
@@ -263,11 +270,8 @@ def _parse_line(
     problem = None
     text = row.get("Response") if authors_layout else row.get("text")
     failure = None if authors_layout else row.get("error")
-    if failure:
-        # our wrappers' row of a failed item (`models.base`): a failure, not a wrong answer; an empty
-        # text is no answer, a text the model did give (e.g. before its TTS failed) is still scored
-        problem = f"generation failed: {failure}"
-        text = text if isinstance(text, str) and text.strip() else None
+    if failure:  # our wrappers' row of a failed item (`models.base`)
+        text, problem = failed_item(text, failure)
     if text is not None and not isinstance(text, str):
         problem = join_problems(problem, f"text response is a {type(text).__name__}, not a string")
         text = None

@@ -342,6 +342,7 @@ class SpeechLM(DataParallelLM):
 
     def _finish(self, req: SpeechRequest, outcome: Outcome, instance: Any) -> tuple[str, bool]:
         """The encoded response of an item (saved first), and whether it succeeded."""
+        from cs3_tasks.outputs import failed_item
         from cs3_tasks.speech import encode_response
 
         text, audio_path, error = "", None, None
@@ -361,13 +362,13 @@ class SpeechLM(DataParallelLM):
         if error is not None:
             self._record_failure(req, error)
         self._append_row(req, text, audio_path, error)
-        # A failed item carries its cause, so the scorer records it as a failure (excluded, counted),
-        # never as a wrong answer; a failed item's text, when it has one, is still scored
-        # (`cs3_tasks.outputs` reads the saved row by the same rule).
-        problem = None if error is None else f"generation failed: {type(error).__name__}: {error}"
-        response = encode_response(
-            text if error is None or text.strip() else None, audio_path, problem=problem
-        )
+        # A failed item carries its cause, so the scorer records it as a failure (a missing verdict), never
+        # as a wrong answer; lm-eval's response and the saved row (`outputs._parse_line`) by one rule.
+        if error is None:
+            response = encode_response(text, audio_path)
+        else:
+            kept, problem = failed_item(text, f"{type(error).__name__}: {error}")
+            response = encode_response(kept, audio_path, problem=problem)
         # lm-eval's --use_cache stores responses it gets from us; partial adds make a killed run resumable.
         if error is None:
             self.cache_hook.add_partial("generate_until", instance.args, response)
