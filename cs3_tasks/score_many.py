@@ -28,7 +28,8 @@ from cs3_tasks import scoring
 from cs3_tasks.outputs import find_output_sets
 
 MODELS_FILE = "models.json"
-# scored: summaries written; incomplete: written, but most judge verdicts failed (exit 3 of `score`);
+# scored: summaries written; incomplete: written, but most judge verdicts failed or most items of a set have
+# no response (exit 3 of `score`; models.json's error says which);
 # failed: no summary this run (bad input, busy result dir, a crash); pending: not reached (yet)
 MODEL_STATUSES = ("scored", "incomplete", "failed", "pending")
 # the exit code of a model that crashed (an exception that is not a scoring error)
@@ -140,7 +141,8 @@ def leaderboard_notes(statuses: Mapping[str, ModelStatus], skipped: Mapping[str,
     incomplete = [name for name, s in statuses.items() if s.status == "incomplete"]
     if incomplete:
         notes.append(
-            f"Incomplete (most judge verdicts failed; re-run to retry them): {', '.join(incomplete)}."
+            "Incomplete (most judge verdicts failed, or most items have no response; see models.json): "
+            f"{', '.join(incomplete)}."
         )
     failed = {name: s for name, s in statuses.items() if s.status != "scored" and s.status != "incomplete"}
     if failed:

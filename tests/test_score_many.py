@@ -209,7 +209,10 @@ def test_resume_rescores_only_what_failed_and_gives_identical_files(tmp_path, as
     assert models["alpha"]["status"] == models["beta"]["status"] == "scored"
     assert [r["model"] for r in _board(out)][2:] == ["delta"]  # sorted by accuracy: delta has none
     markdown = (out / "leaderboard.md").read_text(encoding="utf-8")
-    assert "Incomplete (most judge verdicts failed; re-run to retry them): delta." in markdown
+    assert (
+        "Incomplete (most judge verdicts failed, or most items have no response; see models.json): delta."
+        in markdown
+    )
     assert "incomplete:" in markdown  # delta's accuracies are bounds, as `report` shows them
     first = _files(out)
     assert server.request_count > 0 and len(asr.calls) == 6  # 3 models x 2 sets
