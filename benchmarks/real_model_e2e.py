@@ -92,16 +92,10 @@ def rows_of(stage: str, results_dir: Path) -> list[dict]:
     return rows
 
 
-def _pct(entry: dict | None) -> str:
-    if not entry or entry.get("value") is None:
-        return "n/a"
-    text = f"{100 * entry['value']:.1f}"
-    if entry.get("ci_low") is not None:
-        text += f" [{100 * entry['ci_low']:.1f}, {100 * entry['ci_high']:.1f}]"
-    return text
-
-
 def markdown(rows: list[dict]) -> str:
+    """One row per task; a rate that lacks verdicts (failed items) shows its bounds (summary.format_entry)."""
+    from cs3_tasks.summary import format_entry as _pct
+
     lines = [
         "| path | task | N | acc text | acc speech | PSR | LSA text | LSA speech |",
         "| --- | --- | ---: | --- | --- | --- | --- | --- |",

@@ -317,7 +317,8 @@ def incomplete_entry(entry: Mapping, percent: bool = True) -> str:
         span = f"{100 * low:.1f}-{100 * high:.1f}%"
     else:
         span = f"{low:.3f}-{high:.3f}"
-    return f"incomplete: {span} ({entry['n_missing_verdict']} verdicts missing)"
+    n = entry["n_missing_verdict"]
+    return f"incomplete: {span} ({n} verdict{'' if n == 1 else 's'} missing)"
 
 
 def summary_markdown(summary: Mapping) -> str:
