@@ -72,16 +72,23 @@ def records_from_samples(samples: Mapping[str, Sequence[Mapping]]) -> dict[tuple
     return found
 
 
-def write_scored_dir(records: Mapping[str, Sequence[dict]], out: Path, model: str) -> dict[str, dict]:
+def write_scored_dir(
+    records: Mapping[str, Sequence[dict]], out: Path, model: str, metadata: Mapping[str, Any] | None = None
+) -> dict[str, dict]:
     """Write ``<set>.records.jsonl`` / ``.summary.json`` / ``.summary.md`` (the ``cs3-bench score``
-    layout, so ``cs3-bench report`` reads it) and return the summaries, with the cs-vs-en comparison."""
-    from cs3_tasks.summary import attach_cs_vs_en, summarize, write_summary
+    layout, so ``cs3-bench report`` reads it) and return the summaries, with the cs-vs-en comparison.
+    ``metadata``: the lm-eval run's, for the settings and the comparability with the paper."""
+    from cs3_tasks.summary import add_comparability, attach_cs_vs_en, summarize, write_summary
+    from cs3_tasks.task_configs.utils import scoring_settings
 
     out.mkdir(parents=True, exist_ok=True)
     summaries = {}
     for set_name, set_records in records.items():
         summary = summarize(set_name, list(set_records))
         summary["model"] = model
+        if metadata is not None:
+            summary["settings"] = scoring_settings(metadata, set_name)
+            add_comparability(summary, summary["settings"])
         summaries[set_name] = summary
         lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in set_records)
         atomic_write(out / f"{set_name}.records.jsonl", lines)
@@ -252,7 +259,7 @@ def evaluate_outputs(
         encoding="utf-8",
     )
     records = {s: r for (s, variant), r in records_from_samples(samples).items() if variant == "audio"}
-    return write_scored_dir(records, out, model)
+    return write_scored_dir(records, out, model, metadata)
 
 
 # ---------------------------------------------------------------------------------------------------------

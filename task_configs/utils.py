@@ -245,6 +245,22 @@ def protocol(settings: Mapping[str, Any]) -> str:
     return name
 
 
+def scoring_settings(settings: Mapping[str, Any], set_name: str) -> dict:
+    """What ``cs3-bench score`` would record in ``<set>.settings.json`` for a run with these settings
+    (protocol, ASR, judge, the authors' scripts), so that a summary says whether it is comparable to the
+    paper (`summary.add_comparability`)."""
+    from cs3_tasks import reference, scoring
+
+    name = protocol(settings)
+    judge = judge_config(settings)
+    scripts = None
+    if name == "reference" and judge is not None:
+        scripts = reference.load_templates(settings.get("reference_scripts") or None).scripts
+    return scoring.run_settings(
+        asr_config(settings), scoring.ASR_LANGUAGE_HINT[set_name], judge, name, scripts
+    )
+
+
 def asr_config(settings: Mapping[str, Any]):
     """The ASR of a run with these settings (``asr_backend``, ``asr_model``, ``asr_short_clips``,
     ``asr_device``); under the reference protocol with none chosen, Whisper-large-v3 through transformers

@@ -251,6 +251,9 @@ def test_cs3_bench_demo_small(tmp_path):
             summary = json.loads((out / system / f"{set_name}.summary.json").read_text(encoding="utf-8"))
             assert summary["model"] == system and summary["n_items"] == 2
             assert summary["protocol"] == "reference"  # the default, keyword stage without scripts
+            # Whisper-base, not their Whisper-large-v3: the speech numbers say they are not the paper's
+            assert summary["comparable_to_paper"]["speech"] is False
+            assert any("not Whisper-large-v3" in note for note in summary["notes"])
         records = (out / system / "knowledge.records.jsonl").read_text(encoding="utf-8").splitlines()
         assert all(json.loads(r)["transcript"] is not None for r in records)
         assert "cs_vs_en" in json.loads((out / system / "knowledge.summary.json").read_text(encoding="utf-8"))
