@@ -109,9 +109,10 @@ def test_vllm_omni_shape_keeps_speech(tmp_path, input_part):
 
 
 def test_wrong_input_part_is_a_clear_item_failure(tmp_path):
-    with FakeAudioServer(input_part="audio_url") as server:
-        out = make_lm(server.base_url, tmp_path).generate_until(requests_for(1, tmp_path))
-    assert decode_response(out[0]) == ("", None)
+    from cs3_tasks.models.base import RunMostlyFailed
+
+    with FakeAudioServer(input_part="audio_url") as server, pytest.raises(RunMostlyFailed, match="1 of 1"):
+        make_lm(server.base_url, tmp_path).generate_until(requests_for(1, tmp_path))
     error = json.loads((tmp_path / "out" / "errors.jsonl").read_text().splitlines()[0])["error"]
     assert "HTTP 400" in error and "expected one audio_url part" in error
 
@@ -134,10 +135,12 @@ def test_requests_spread_over_servers_and_survive_one_dying(tmp_path):
     assert sorted(row["Qid"] for row in rows) == sorted(f"q{i}" for i in range(n))
 
 
-def test_every_server_down_fails_the_item_not_the_run(tmp_path):
+def test_every_server_down_fails_each_item_then_stops_the_run(tmp_path):
+    from cs3_tasks.models.base import RunMostlyFailed
+
     with FakeAudioServer(die_after=0) as a, FakeAudioServer(die_after=0) as b:
         urls = f"{a.base_url};{b.base_url}"
-    out = make_lm(urls, tmp_path, max_retries=1).generate_until(requests_for(2, tmp_path))
-    assert [decode_response(r) for r in out] == [("", None), ("", None)]
+    with pytest.raises(RunMostlyFailed, match="2 of 2 items failed"):  # after every item is recorded
+        make_lm(urls, tmp_path, max_retries=1).generate_until(requests_for(2, tmp_path))
     errors = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
     assert sorted(e["Qid"] for e in errors) == ["q0", "q1"]
