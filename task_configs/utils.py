@@ -313,7 +313,7 @@ OPEN_ENDED_METRICS = [
     "judge_errors",
     "asr_errors",
 ]
-# complete: 1 when no verdict is missing (else the rates exclude judge failures: see the summary's bounds);
+# complete: 1 when no verdict is missing (judge failures, items without a response: see the summary's bounds);
 # items_with_problems: items with a recorded input problem (broken line, missing audio, ...)
 RELIABILITY_METRICS = ["complete", "items_with_problems"]
 _TEXT_ONLY_EXCLUDED = ("speech", "psr", "english_wer", "asr_errors")
