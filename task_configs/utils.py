@@ -254,8 +254,8 @@ def scoring_settings(settings: Mapping[str, Any], set_name: str) -> dict:
     name = protocol(settings)
     judge = judge_config(settings)
     scripts = None
-    if name == "reference" and judge is not None:
-        scripts = reference.load_templates(settings.get("reference_scripts") or None).scripts
+    if name == "reference" and judge is not None:  # protocol() has checked their templates already
+        scripts = reference.find_reference_scripts(settings.get("reference_scripts") or None)
     return scoring.run_settings(
         asr_config(settings), scoring.ASR_LANGUAGE_HINT[set_name], judge, name, scripts
     )

@@ -364,15 +364,13 @@ class SpeechLM(DataParallelLM):
         self._append_row(req, text, audio_path, error)
         # A failed item carries its cause, so the scorer records it as a failure (a missing verdict), never
         # as a wrong answer; lm-eval's response and the saved row (`outputs._parse_line`) by one rule.
-        if error is None:
-            response = encode_response(text, audio_path)
-        else:
+        if error is not None:
             kept, problem = failed_item(text, f"{type(error).__name__}: {error}")
-            response = encode_response(kept, audio_path, problem=problem)
+            return encode_response(kept, audio_path, problem=problem), False
+        response = encode_response(text, audio_path)
         # lm-eval's --use_cache stores responses it gets from us; partial adds make a killed run resumable.
-        if error is None:
-            self.cache_hook.add_partial("generate_until", instance.args, response)
-        return response, error is None
+        self.cache_hook.add_partial("generate_until", instance.args, response)
+        return response, True
 
     def _record_failure(self, req: SpeechRequest, error: BaseException) -> None:
         message = f"{type(error).__name__}: {error}"
