@@ -10,6 +10,7 @@ Fixtures:
   after the test; ``judge_server.loopback_config(server, folder)`` is a JudgeConfig for it.
 - ``fake_asr(hear)``: replaces ``cs3_tasks.asr.transcribe_batch`` with a FakeASR of the same signature;
   ``hear(audio, language)`` gives each clip's Transcript (or its text).
+- ``built_wheel``: this checkout built as a wheel (``pip wheel .``), once per test process.
 
 Tests marked ``slow`` (model inference, full builds, lm_eval subprocesses) are left out by
 ``python -m pytest -q -m "not slow"``; CI runs them all.
@@ -18,8 +19,12 @@ Tests marked ``slow`` (model inference, full builds, lm_eval subprocesses) are l
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,6 +43,13 @@ def pytest_configure(config):
     # Never reach for the network: the Hub and model hosts are not reachable on CI machines.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+def pytest_unconfigure(config):
+    # the session cache holds joined models (gigabytes): a process removes the one it made, never a user's
+    made_here = os.environ.get("CS3_BENCH_TEST_CACHE")
+    if made_here and os.environ.get("CS3_BENCH_CACHE") == made_here:
+        shutil.rmtree(made_here, ignore_errors=True)
 
 
 @pytest.fixture
@@ -99,3 +111,54 @@ def fake_asr(monkeypatch):
         return fake
 
     return install
+
+
+REPO = Path(__file__).resolve().parents[1]
+NOT_SOURCE = shutil.ignore_patterns(
+    ".git",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".hypothesis",
+    "tests",
+    "cs3_demo",
+    "cs3_outputs",
+)
+
+
+def _not_source(folder: str, names: list[str]) -> set[str]:
+    # any virtual environment in the checkout, whatever its name: CI makes .venv there, gigabytes of it
+    venvs = {name for name in names if (Path(folder, name) / "pyvenv.cfg").is_file()}
+    return set(NOT_SOURCE(folder, names)) | venvs
+
+
+@pytest.fixture(scope="session")
+def built_wheel(tmp_path_factory) -> Path:
+    """This checkout's sources (no tests, caches, outputs or virtualenvs) built by ``pip wheel``."""
+    folder = tmp_path_factory.mktemp("wheel")
+    source, wheels = folder / "src", folder / "wheels"
+    shutil.copytree(REPO, source, ignore=_not_source)
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(wheels),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert build.returncode == 0, build.stderr[-3000:]
+    shutil.rmtree(source)
+    return next(wheels.glob("cs3_bench-*.whl"))

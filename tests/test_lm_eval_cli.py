@@ -174,53 +174,15 @@ def test_unknown_module_breaks_only_its_own_model_name(monkeypatch):
     assert registry_module.model_registry.get("other").__name__ == "PrecomputedLM"
 
 
-def test_wheel_ships_the_pth(tmp_path):
+def test_wheel_ships_the_pth(built_wheel):
     """`pip install .` path: the built wheel carries cs3_bench_lm_eval.pth at its root."""
-    source = tmp_path / "src"
-    shutil.copytree(
-        REPO,
-        source,
-        ignore=shutil.ignore_patterns(
-            ".git",
-            "build",
-            "dist",
-            "*.egg-info",
-            "__pycache__",
-            ".pytest_cache",
-            ".ruff_cache",
-            ".hypothesis",
-            "tests",
-            "responses",
-            "dataset",
-        ),
-    )
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(tmp_path / "wheels"),
-            str(source),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    wheel = next((tmp_path / "wheels").glob("cs3_bench-*.whl"))
-    names = zipfile.ZipFile(wheel).namelist()
+    names = zipfile.ZipFile(built_wheel).namelist()
     assert lm_eval_hook.PTH_NAME in names
     assert "cs3_tasks/task_configs/cs3_knowledge.yaml" in names
     assert "cs3_tasks/task_configs/_default_template_yaml" in names
     assert "cs3_tasks/task_configs/utils.py" in names
     record = next(n for n in names if n.endswith(".dist-info/RECORD"))
-    assert lm_eval_hook.PTH_NAME in zipfile.ZipFile(wheel).read(record).decode()
+    assert lm_eval_hook.PTH_NAME in zipfile.ZipFile(built_wheel).read(record).decode()
 
 
 @needs_hook
