@@ -436,15 +436,14 @@ def protocol_settings(
     (judge qwen-max-2025-01-25, ASR Whisper-large-v3 through transformers, pinned scripts)."""
     judge_ok = is_reference_judge(judge)
     asr_ok = is_reference_asr(asr_backend, asr_model)
+    # without a judge every keyword miss counts as wrong: a lower bound of the authors' judged number, not it
+    judged_as_authors = judge_ok and (scripts is None or scripts.pinned)
     return {
         "protocol": "reference",
         "reference_scripts": scripts.settings() if scripts is not None else None,
         "judge_is_reference": judge_ok,
         "asr_is_reference": asr_ok,
-        "comparable_to_paper": {
-            "text": judge is None or (judge_ok and (scripts is None or scripts.pinned)),
-            "speech": asr_ok and (judge is None or (judge_ok and (scripts is None or scripts.pinned))),
-        },
+        "comparable_to_paper": {"text": judged_as_authors, "speech": asr_ok and judged_as_authors},
     }
 
 

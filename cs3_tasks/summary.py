@@ -240,7 +240,12 @@ def add_comparability(summary: dict, settings: Mapping) -> dict:
             f"speech channel ASR is {settings.get('asr_backend')} {settings.get('asr_model')}, not "
             "Whisper-large-v3 through transformers: its numbers are not comparable to the paper"
         )
-    if settings.get("judge") is not None and not settings.get("judge_is_reference"):
+    if settings.get("judge") is None:
+        notes.append(
+            "no judge ran: a keyword miss counts as wrong, so every accuracy is a lower bound of the "
+            "authors' judged number, and open-ended has none: not comparable to the paper"
+        )
+    elif not settings.get("judge_is_reference"):
         notes.append(
             f"judge is {settings['judge'].get('model')}, not qwen-max-2025-01-25: not comparable to the paper"
         )

@@ -32,6 +32,7 @@ from judge_server import FakeJudgeServer, Reply
 
 from cs3_tasks import reference
 from cs3_tasks.judge import JudgeConfig
+from cs3_tasks.summary import add_comparability
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 AUTHORS = SHARED / "reference" / "vocalbench-zh"
@@ -546,6 +547,10 @@ def test_comparability_flags():
     assert settings["comparable_to_paper"] == {"text": True, "speech": True}
     other = reference.protocol_settings(None, judge, "faster-whisper", "large-v3")
     assert other["comparable_to_paper"] == {"text": True, "speech": False}
+    keyword_only = reference.protocol_settings(None, None, "transformers", "openai/whisper-large-v3")
+    assert keyword_only["comparable_to_paper"] == {"text": False, "speech": False}
+    notes = add_comparability({}, {**keyword_only, "judge": None})["notes"]
+    assert any("no judge ran" in note for note in notes)
     assert not reference.is_reference_judge(JudgeConfig(model="gpt-4o-mini"))
     assert reference.is_reference_asr("transformers", "/models/whisper-large-v3")
     assert isinstance(reference.reference_asr_available(), bool)
