@@ -63,6 +63,7 @@ import argparse
 import importlib.util
 import itertools
 import logging
+import math
 import os
 import re
 import shutil
@@ -101,6 +102,9 @@ class DecodingOptions:
     # Cap on generated tokens per second of audio (per 30 s window). Real speech needs < 8 tokens/s; on
     # unintelligible audio Whisper can loop until its 448-token limit, which costs seconds per clip.
     max_tokens_per_second: float = 15.0
+    # The duration that cap is computed from is rounded up to this step, and a batch holds clips of one cap
+    # only: where a looping clip stops is then a function of the clip, not of its batch neighbours.
+    cap_step_seconds: float = 2.0
     # A clip whose peak is below this level is silence: its transcript is "" without decoding (Whisper
     # writes "You" for 3 s of digital silence on its own, and other text when it is packed).
     silence_peak_dbfs: float = -60.0
@@ -108,7 +112,7 @@ class DecodingOptions:
     # set of clips transcribed together; module doc; $CS3_ASR_SHORT_CLIPS). In the cache key because the
     # two can give different transcripts; the batch size is not.
     short_clip_decoding: str = "batched"
-    # Only this much of a clip is transcribed (10 min of noise took 207 s of ASR); Transcript.note says so.
+    # Only this much of a clip is transcribed (the rest is cut); Transcript.note says so.
     max_audio_seconds: float = 180.0
 
 
@@ -148,8 +152,14 @@ def decoding_options(short_clips: str | None = None) -> DecodingOptions:
 
 
 def max_new_tokens(audio) -> int:
-    """The generation cap for one clip (16 kHz samples), at most Whisper's window limit."""
-    window_seconds = min(len(audio) / SAMPLE_RATE, WHISPER_WINDOW_SECONDS)
+    """The generation cap for one clip (16 kHz samples), at most Whisper's window limit.
+
+    The duration is rounded up to ``cap_step_seconds`` so that clips of similar length share one cap: a batch
+    holds clips of one cap only, so a looping clip stops where it would alone, whatever its neighbours.
+    """
+    step = DECODING.cap_step_seconds
+    seconds = math.ceil(len(audio) / SAMPLE_RATE / step) * step
+    window_seconds = min(seconds, WHISPER_WINDOW_SECONDS)
     return int(min(MAX_WINDOW_TOKENS, 32 + DECODING.max_tokens_per_second * window_seconds))
 
 
@@ -521,8 +531,10 @@ def _transcribe_chunk(
             else:
                 yield i, _noted(Transcript(text=out[0].strip(), language=out[1]), notes.get(i)), True
         short = unresolved
-    for b in range(0, len(short), batch_size):
-        batch = short[b : b + batch_size]
+    # Batches of one generation cap: a batch decodes up to one max_length, so mixed caps would let a clip's
+    # neighbours decide where it stops (short is sorted by length, so equal caps are consecutive).
+    same_cap = [list(run) for _, run in itertools.groupby(short, key=lambda item: max_new_tokens(item[1]))]
+    for batch in (run[b : b + batch_size] for run in same_cap for b in range(0, len(run), batch_size)):
         try:
             outputs = batched([audio for _, audio in batch], language)
         except Exception as exc:  # noqa: BLE001 - retried per clip below, so one bad clip fails alone
@@ -860,8 +872,8 @@ class _FasterWhisperRunner:
         some = next(iter(tokenizers.values()))
         prompts = [tokenizers[lang].sot_sequence for lang in languages]  # sot, language, transcribe
         caps = [max_new_tokens(audio) for audio in audios]
-        # One max_length for the batch (the caller sorts clips by length, so caps are close); each
-        # result is trimmed to its own cap below.
+        # One max_length for the batch: the caller batches clips of one cap (each result is still trimmed
+        # to its own cap below, for direct callers).
         results = self._generate(encoded, prompts, len(prompts[0]) + max(caps), some)
         out = []
         for audio, result, cap, lang in zip(audios, results, caps, languages):

@@ -205,3 +205,23 @@ def test_real_default_transcripts_do_not_depend_on_neighbours():
     assert [t.text for t in beside_first] == [t.text for t in beside_second]
     assert all(t.error is None and t.text for t in beside_first)
     assert Transcript  # the public type the results are
+
+
+class _BatchCapRunner:
+    """Like a looping clip in a real batch: each transcript is as long as the batch's largest cap allows."""
+
+    def transcribe(self, audio, language):
+        return f"tokens {asr.max_new_tokens(audio)}", "zh"
+
+    def transcribe_many(self, audios, language):
+        longest = max(asr.max_new_tokens(a) for a in audios)
+        return [(f"tokens {longest}", "zh") for _ in audios]
+
+
+def test_batched_transcript_does_not_depend_on_the_batch_neighbours(monkeypatch):
+    monkeypatch.setattr(asr, "_load_runner", lambda backend, model: _BatchCapRunner())
+    short, long = _clip(1, 16_000), _clip(2, 5 * 16_000)
+    alone = transcribe_batch([short], use_cache=False, progress=False)
+    beside = transcribe_batch([short, long], use_cache=False, progress=False)
+    assert beside[0] == alone[0]
+    assert beside[1].text == f"tokens {asr.max_new_tokens(long)}"
