@@ -187,7 +187,7 @@ def test_real_model_cache_hit_does_no_asr(whisper_base, monkeypatch, isolated_ca
 def test_batched_and_per_clip_decoding_give_identical_transcripts(whisper_base, monkeypatch):
     """The batched path reproduces WhisperModel.transcribe exactly (measured: 24/24 BELLE clips equal).
 
-    Six clips of different lengths in batches of 4 (so one batch is partial and caps differ).
+    Six clips of different lengths in batches of at most 4, each of one generation cap.
     """
     monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "batched")
     wavs = [p for p, _ in _belle_pairs()[2:8]]
@@ -195,11 +195,14 @@ def test_batched_and_per_clip_decoding_give_identical_transcripts(whisper_base, 
     batches = []
     original = runner.transcribe_many
     monkeypatch.setattr(
-        runner, "transcribe_many", lambda a, lang: batches.append(len(a)) or original(a, lang)
+        runner,
+        "transcribe_many",
+        lambda a, lang: batches.append([asr.max_new_tokens(x) for x in a]) or original(a, lang),
     )
     batched = transcribe_batch(wavs, model=whisper_base, use_cache=False, progress=False, batch_size=4)
     per_clip = transcribe_batch(wavs, model=whisper_base, use_cache=False, progress=False, batch_size=1)
-    assert batches == [4, 2]  # batch_size=1 never calls the batched path
+    # batch_size=1 never calls the batched path
+    assert sum(map(len, batches)) == 6 and all(len(caps) <= 4 and len(set(caps)) == 1 for caps in batches)
     assert all(t.error is None and t.text for t in batched)
     assert [t.text for t in batched] == [t.text for t in per_clip]
     assert [t.language for t in batched] == [t.language for t in per_clip] == ["zh"] * 6
@@ -213,7 +216,8 @@ def test_language_is_detected_per_clip_in_one_batch(whisper_base, tmp_path, monk
     english = tmp_path / "en.wav"
     sentence = "The weather is very nice today, so we are going to the park."
     subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(english), sentence], check=True)
-    chinese = _belle_pairs()[1][0]
+    # one length, so one generation cap: the two clips can share a batch
+    chinese, english = _same_length(load_audio(_belle_pairs()[1][0]), load_audio(english))
     runner = asr._load_runner("faster-whisper", whisper_base)
     calls = {"transcribe_many": [], "transcribe_packed": []}
     for name, seen in calls.items():
@@ -234,7 +238,7 @@ def test_language_is_detected_per_clip_in_one_batch(whisper_base, tmp_path, monk
 @pytest.mark.slow
 def test_corrupt_clip_in_a_batch_fails_alone(whisper_base, tmp_path, monkeypatch):
     monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "batched")
-    wavs = [p for p, _ in _belle_pairs()[:2]]
+    wavs = _same_length(*(load_audio(p) for p, _ in _belle_pairs()[:2]))  # one cap: one batch
     corrupt = tmp_path / "corrupt.wav"
     corrupt.write_bytes(b"RIFF\x00\x00\x00\x00WAVEfmt garbage" * 10)
     runner = asr._load_runner("faster-whisper", whisper_base)
@@ -248,6 +252,12 @@ def test_corrupt_clip_in_a_batch_fails_alone(whisper_base, tmp_path, monkeypatch
     assert out[1].text == "" and out[1].language is None and "undecodable" in out[1].error
     assert [t.error for t in (out[0], out[2])] == [None, None]
     assert out[0].language == out[2].language == "zh" and out[0].text and out[2].text
+
+
+def _same_length(*clips: np.ndarray) -> list[np.ndarray]:
+    """The clips padded with trailing silence to the longest one's length."""
+    longest = max(len(clip) for clip in clips)
+    return [np.pad(clip, (0, longest - len(clip))) for clip in clips]
 
 
 def test_unfinished_segment_rule_matches_faster_whisper():

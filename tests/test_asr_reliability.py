@@ -219,7 +219,7 @@ class _BatchCapRunner:
 
 
 def test_batched_transcript_does_not_depend_on_the_batch_neighbours(monkeypatch):
-    monkeypatch.setattr(asr, "_load_runner", lambda backend, model: _BatchCapRunner())
+    monkeypatch.setattr(asr, "_load_runner", lambda backend, model, device: _BatchCapRunner())
     short, long = _clip(1, 16_000), _clip(2, 5 * 16_000)
     alone = transcribe_batch([short], use_cache=False, progress=False)
     beside = transcribe_batch([short, long], use_cache=False, progress=False)
