@@ -112,7 +112,7 @@ def main() -> None:
         + (
             ""
             if same
-            else " (packed ASR windows hold other neighbours in each rank: see README, data parallelism)"
+            else " (a transcript or an answer differs between the runs: see README, data parallelism)"
         )
     )
 

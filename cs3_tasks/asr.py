@@ -32,12 +32,14 @@ scoring's settings.json):
   cached under its clip and its group's composition. Re-running the same set gives the same transcripts,
   cold, warm or after a kill (which loses at most the group in flight).
 - "batched": each clip in its own 30 s window, batches of ``batch_size`` (default 8; clips sorted by
-  length): the clips of a batch are encoded in one call of the underlying CTranslate2 Whisper, the
-  language is detected per clip from that encoder output (when ``language`` is None), and all clips
-  are beam-searched in one ``generate`` call, each with its own prompt <|startoftranscript|><|lang|>
-  <|transcribe|>. This is exactly the one 30 s window WhisperModel.transcribe decodes for such a clip
-  (same features, suppressed tokens, timestamp rules and no-speech rule), so the transcripts are the
-  per-clip ones, faster because CTranslate2 multiplies the matrices of the whole batch at once.
+  length) whose clips share one generation cap (``max_new_tokens``, from the duration rounded up to
+  ``cap_step_seconds``), so a clip that loops stops where it would alone. The clips of a batch are encoded
+  in one call of the underlying CTranslate2 Whisper, the language is detected per clip from that encoder
+  output (when ``language`` is None), and all clips are beam-searched in one ``generate`` call, each with
+  its own prompt <|startoftranscript|><|lang|><|transcribe|>. This is exactly the one 30 s window
+  WhisperModel.transcribe decodes for such a clip (same features, suppressed tokens, timestamp rules and
+  no-speech rule), so the transcripts are the per-clip ones, faster because CTranslate2 multiplies the
+  matrices of the whole batch at once.
 
 Device (``device=`` / ``--asr-device`` / $CS3_ASR_DEVICE): "cpu", "cuda" or "cuda:N"; by default the GPU when
 CUDA is available (under a data-parallel launcher each rank takes its own, ``cuda:<LOCAL_RANK>``), else
@@ -114,6 +116,10 @@ class DecodingOptions:
     short_clip_decoding: str = "batched"
     # Only this much of a clip is transcribed (the rest is cut); Transcript.note says so.
     max_audio_seconds: float = 180.0
+    # BLAS threads of the log-mel projection (faster-whisper). numpy's matrix product sums in an order that
+    # follows OpenBLAS's thread count, which a data-parallel launcher sets per process (OMP_NUM_THREADS=1):
+    # the features' last bit, and a borderline transcript with it, would follow the process count.
+    feature_blas_threads: int = 1
 
 
 DECODING = DecodingOptions()
@@ -814,6 +820,27 @@ def _load_runner(backend: str, model_name: str, device: str = "cpu") -> Runner:
         return _RUNNERS[key]
 
 
+_BLAS_LIMIT_LOCK = threading.Lock()
+
+
+class _FixedThreadFeatures:
+    """A feature extractor computed with ``DECODING.feature_blas_threads`` BLAS threads, whatever the
+    process's thread settings; other attributes are the wrapped extractor's."""
+
+    def __init__(self, extractor: Any):
+        self._extractor = extractor
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._extractor, name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from threadpoolctl import threadpool_limits
+
+        # the limit is process-wide: one holder at a time, so that concurrent callers cannot undo it
+        with _BLAS_LIMIT_LOCK, threadpool_limits(limits=DECODING.feature_blas_threads, user_api="blas"):
+            return self._extractor(*args, **kwargs)
+
+
 class _FasterWhisperRunner:
     def __init__(self, model_name: str, device: str, compute_type: str):
         try:
@@ -829,6 +856,8 @@ class _FasterWhisperRunner:
                 compute_type=compute_type,
                 cpu_threads=cpu_threads(),
             )
+            # WhisperModel.transcribe and our batched paths both compute features through this attribute
+            self.model.feature_extractor = _FixedThreadFeatures(self.model.feature_extractor)
         except Exception as exc:  # re-raised with the cause and a remedy
             raise AsrModelError(
                 f"cannot load faster-whisper model {model_name!r} ({type(exc).__name__}: {exc}). "

@@ -6,10 +6,9 @@ The launched runs take minutes on 2 idle cores (each process starts lm-eval; ASR
 1.15 runs several CPU processes only through mpirun), so the runs use ``--multi_gpu``, which on a
 machine without GPUs starts N processes on torch's elastic launcher, joined over gloo.
 
-The two runs share one cs3-bench cache, so the second replays the first's transcripts: a clip's cold
-transcript can depend on its ASR batch neighbours, which differ between 1 and 2 processes (packed windows
-by design; in batched mode clips that loop to their token cap), and that is the ASR's concern, not the
-data-parallel plumbing's these tests check (see README, data parallelism, for the measured differences).
+Each run has a cold cs3-bench cache of its own, so the equal metrics also say that a transcript (default
+batched ASR) follows neither its batch neighbours, which differ per rank, nor the per-process thread count
+the launcher sets (OMP_NUM_THREADS=1).
 """
 
 from __future__ import annotations
@@ -225,7 +224,7 @@ def run_both(tmp_path: Path, model: str, model_args: str, limit: int) -> tuple[d
     for nproc in (1, 2):
         out = tmp_path / f"results-{nproc}"
         env = {
-            "CS3_BENCH_CACHE": str(tmp_path / "cache"),
+            "CS3_BENCH_CACHE": str(tmp_path / f"cache-{nproc}"),
             "CS3_BENCH_DATASET": "demo",
             "HF_HUB_OFFLINE": "1",
             "HF_DATASETS_OFFLINE": "1",
