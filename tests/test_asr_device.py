@@ -48,7 +48,9 @@ def test_explicit_choice_env_and_errors(gpus, monkeypatch):
 def test_faster_whisper_gets_device_index_compute_type_and_thread_share(gpus, monkeypatch):
     made = []
     fake = types.ModuleType("faster_whisper")
-    fake.WhisperModel = lambda name, **kwargs: made.append((name, kwargs)) or object()
+    # a WhisperModel has a feature extractor, which the runner wraps
+    model = types.SimpleNamespace(feature_extractor=lambda audio: audio)
+    fake.WhisperModel = lambda name, **kwargs: made.append((name, kwargs)) or model
     monkeypatch.setitem(sys.modules, "faster_whisper", fake)
     monkeypatch.setattr(asr, "_RUNNERS", {})
     monkeypatch.setenv("WORLD_SIZE", "2")
