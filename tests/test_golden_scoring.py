@@ -1,0 +1,146 @@
+"""Golden: ``cs3-bench score --outputs-root`` on the demo responses, under both protocols, gives the files it
+gave before the package was regrouped (tests/golden/demo_scoring.json), timestamps and paths aside.
+
+The ASR is a stand-in that hears each clip as a function of its bytes (the demo text of the clip with the
+English words dropped from every third clip); the judge is a loopback server whose reply is a function of the
+prompt (correct, wrong, unparsed, an HTTP error, or a score 0-5). Refresh the golden file, on purpose only, with
+``CS3_UPDATE_GOLDEN=1 python -m pytest tests/test_golden_scoring.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from judge_server import Reply
+
+from cs3_tasks import cli
+from cs3_tasks.audio import content_hash
+
+GOLDEN = Path(__file__).resolve().parent / "golden" / "demo_scoring.json"
+AUTHORS = Path(__file__).resolve().parents[2] / "shared" / "reference" / "vocalbench-zh"
+DEMO = Path(cli.__file__).resolve().parent / "demo" / "responses"
+ENGLISH = re.compile(r"[A-Za-z][A-Za-z'\-]*")
+# values that name where or when a run happened, not what it computed
+VOLATILE_KEYS = {"created", "started", "finished", "timestamp", "elapsed_seconds", "seconds", "time"}
+
+
+def _digest(text: str) -> int:
+    return int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16)
+
+
+def judge_reply(request) -> Reply | str:
+    """A reply that depends only on the prompt's text."""
+    prompt = request.prompt
+    h = _digest(prompt)
+    if h % 17 == 0:
+        return Reply.error(400, "bad request")
+    if "正确" in prompt and "错误" in prompt:
+        return ("正确 与参考答案一致", "错误 不一致", "无法判断")[h % 3]
+    if "True" in prompt and "False" in prompt:
+        return ("True, consistent", "False, not consistent", "cannot tell")[h % 3]
+    return (f"评分：[{h % 6}]", f"Score: [{h % 6}]", "no score")[h % 3]
+
+
+def _heard_texts() -> dict[str, str]:
+    """content hash of each demo clip -> what the stand-in ASR hears."""
+    heard = {}
+    for jsonl in sorted(DEMO.glob("*/*.jsonl")):
+        for line in jsonl.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            if not row.get("audio"):
+                continue
+            key = content_hash(str(jsonl.parent / row["audio"]))
+            text = row.get("text") or ""
+            heard[key] = ENGLISH.sub("", text) if _digest(key) % 3 == 0 else text
+    return heard
+
+
+def _normalised(value, roots: dict[str, str]):
+    if isinstance(value, dict):
+        return {k: ("<volatile>" if k in VOLATILE_KEYS else _normalised(v, roots)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_normalised(v, roots) for v in value]
+    if isinstance(value, str):
+        for path, name in roots.items():
+            value = value.replace(path, name)
+        return value
+    return value
+
+
+def _read(path: Path, roots: dict[str, str]):
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        return _normalised(json.loads(text), roots)
+    if path.suffix == ".jsonl":
+        return [_normalised(json.loads(line), roots) for line in text.splitlines() if line.strip()]
+    return _normalised(text, roots)
+
+
+def _score(tmp_path: Path, protocol: str, server, extra: list[str]) -> dict:
+    out = tmp_path / f"results-{protocol}"
+    argv = [
+        "score",
+        "--outputs-root",
+        str(DEMO),
+        "--out",
+        str(out),
+        "--dataset",
+        "demo",
+        "--set",
+        "all",
+        "--asr-model",
+        "fake-asr",
+        "--protocol",
+        protocol,
+        "--no-progress",
+        "--judge-base-url",
+        server.base_url,
+        "--judge-api-key-env",
+        "",
+        "--judge-model",
+        "fake-judge",
+        "--judge-cache",
+        str(tmp_path / f"judge-{protocol}.sqlite"),
+        *extra,
+    ]
+    code = cli.main(argv)
+    roots = {str(out): "<out>", str(DEMO): "<demo>", str(tmp_path): "<tmp>", str(AUTHORS): "<authors>"}
+    files = {
+        str(p.relative_to(out)): _read(p, roots)
+        for p in sorted(out.rglob("*"))
+        if p.is_file() and p.suffix in (".json", ".jsonl", ".md", ".csv") and not p.name.startswith(".")
+    }
+    return {"exit_code": code, "files": files}
+
+
+def produce(tmp_path: Path, judge_server, fake_asr) -> dict:
+    heard = _heard_texts()
+    fake_asr(lambda audio, language: heard.get(content_hash(audio), "<unknown clip>"))
+    server = judge_server(judge_reply)
+    return {
+        "cs3": _score(tmp_path, "cs3", server, []),
+        "reference": _score(tmp_path, "reference", server, ["--reference-scripts", str(AUTHORS)]),
+    }
+
+
+def test_demo_scoring_equals_the_golden_files(tmp_path, judge_server, fake_asr, monkeypatch):
+    if not (AUTHORS / "utils").is_dir():
+        reason = f"authors' scripts not found ({AUTHORS / 'utils'}): golden scoring test skipped"
+        print(reason)
+        pytest.skip(reason)
+    monkeypatch.setenv("CS3_BENCH_CACHE", str(tmp_path / "cache"))
+    result = produce(tmp_path, judge_server, fake_asr)
+    if os.environ.get("CS3_UPDATE_GOLDEN") == "1":
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(json.dumps(result, ensure_ascii=False, indent=1, sort_keys=True) + "\n", "utf-8")
+    golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
+    for protocol in ("cs3", "reference"):
+        assert result[protocol]["exit_code"] == golden[protocol]["exit_code"]
+        assert sorted(result[protocol]["files"]) == sorted(golden[protocol]["files"])
+        for name, content in golden[protocol]["files"].items():
+            assert result[protocol]["files"][name] == content, f"{protocol}: {name} differs from the golden file"
