@@ -1,7 +1,7 @@
 """ASR accuracy and speed on the 250 real BELLE-eval-S2S questions (Mandarin speech, 22.05 kHz).
 
 Prints:
-  * the corpus character error rate (after cs3_tasks.text.normalize_zh) of transcribe_batch with
+  * the corpus character error rate (after cs3_tasks.core.text.normalize_zh) of transcribe_batch with
     language detection on (language=None, as scoring uses it), the share of clips detected as "zh",
   * the wall time per clip (cache off, model already loaded),
   (these three for each short-clip decoding of --modes: packed windows, the default, and one window per
@@ -76,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from cs3_tasks import asr
-    from cs3_tasks.audio import load_audio
-    from cs3_tasks.metrics import character_error_rate, corpus_character_error_rate
+    from cs3_tasks.core.audio import load_audio
+    from cs3_tasks.core.metrics import character_error_rate, corpus_character_error_rate
 
     pairs = read_belle(args.limit)
     model_name = str(asr.offline_whisper_base() or asr.default_model())  # joined before WhisperModel loads it

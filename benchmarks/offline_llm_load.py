@@ -16,7 +16,7 @@ def main() -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from cs3_tasks.offline_llm import load_gguf, offline_llm, offline_llm_checkpoint
+    from cs3_tasks.build.offline_llm import load_gguf, offline_llm, offline_llm_checkpoint
 
     gguf, checkpoint = offline_llm(), offline_llm_checkpoint()
     if gguf is None or checkpoint is None:

@@ -27,7 +27,8 @@ import json
 import unicodedata
 from pathlib import Path
 
-from cs3_tasks import metrics, reference, text
+from cs3_tasks.core import metrics, text
+from cs3_tasks.scoring import reference
 
 DEMO = Path(__file__).resolve().parents[1] / "cs3_tasks" / "demo"
 
@@ -58,7 +59,7 @@ def _compare(label: str, set_name: str, pairs: list[tuple[str, dict]]) -> None:
 
 
 def _demo() -> None:
-    from cs3_tasks.data import load_docs
+    from cs3_tasks.core.data import load_docs
 
     for set_name in ("knowledge", "knowledge_en"):
         docs = {d["Qid"]: d for d in load_docs(set_name, "demo")}
@@ -173,9 +174,10 @@ def _end_to_end(inputs: list[tuple[str, str, list[dict], dict[str, str]]], scrip
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from judge_server import FakeJudgeServer
 
-    from cs3_tasks import scoring, summary
     from cs3_tasks.judge import JudgeConfig
-    from cs3_tasks.outputs import ModelOutput
+    from cs3_tasks.scoring import pipeline as scoring
+    from cs3_tasks.scoring import summary
+    from cs3_tasks.scoring.outputs import ModelOutput
 
     docs_by_set: dict[str, list[dict]] = {}
     for _, set_name, docs, _ in inputs:
@@ -211,7 +213,7 @@ def _end_to_end(inputs: list[tuple[str, str, list[dict], dict[str, str]]], scrip
 
 
 def _demo_inputs() -> list[tuple[str, str, list[dict], dict[str, str]]]:
-    from cs3_tasks.data import load_docs
+    from cs3_tasks.core.data import load_docs
 
     inputs = []
     for set_name in ("knowledge", "knowledge_en", "open_ended"):

@@ -7,7 +7,7 @@
 
 Keyword stage only: there is no judge offline, so a response the keyword match misses counts as wrong
 (``unresolved``): the accuracies are lower bounds of what a judge would give. Prints one markdown row per
-task with 95% bootstrap CIs (cs3_tasks.summary.summarize over lm-eval's logged samples), and the
+task with 95% bootstrap CIs (cs3_tasks.scoring.summary.summarize over lm-eval's logged samples), and the
 code-switched vs English drop of each path; writes ``<out>/rows.json``.
 
     python benchmarks/real_model_e2e.py --dataset DIR [--limit N] [--stages text cascade] [--out DIR]
@@ -80,7 +80,7 @@ def read_records(results_dir: Path, task: str) -> list[dict]:
 
 
 def rows_of(stage: str, results_dir: Path) -> list[dict]:
-    from cs3_tasks.summary import summarize
+    from cs3_tasks.scoring.summary import summarize
 
     rows = []
     for task in TEXT_TASKS if stage == "text" else CASCADE_TASKS:
@@ -94,7 +94,7 @@ def rows_of(stage: str, results_dir: Path) -> list[dict]:
 
 def markdown(rows: list[dict]) -> str:
     """One row per task; a rate that lacks verdicts (failed items) shows its bounds (summary.format_entry)."""
-    from cs3_tasks.summary import format_entry as _pct
+    from cs3_tasks.scoring.summary import format_entry as _pct
 
     lines = [
         "| path | task | N | acc text | acc speech | PSR | LSA text | LSA speech |",
@@ -112,8 +112,9 @@ def markdown(rows: list[dict]) -> str:
 
 
 def drops(rows: list[dict]) -> list[str]:
-    """Code-switched vs English knowledge accuracy per path and channel (cs3_tasks.summary.compare_cs_en)."""
-    from cs3_tasks.summary import compare_cs_en
+    """Code-switched vs English knowledge accuracy per path and channel
+    (cs3_tasks.scoring.summary.compare_cs_en)."""
+    from cs3_tasks.scoring.summary import compare_cs_en
 
     by_task = {row["task"]: row["summary"] for row in rows}
     out = []
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--score-only", action="store_true", help="only read the results already in --out")
     args = parser.parse_args(argv)
 
-    from cs3_tasks.offline_llm import offline_llm_model_args
+    from cs3_tasks.build.offline_llm import offline_llm_model_args
 
     model_args = offline_llm_model_args()
     if model_args is None:

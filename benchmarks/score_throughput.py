@@ -12,7 +12,7 @@ excluded from every timing).
 - ours, cold: `cs3-bench score` (scoring.run) with empty ASR and judge caches: text channel judged in
   the background while all speech is transcribed in one transcribe_batch call, then the speech channel
   judged concurrently (--concurrency requests in flight), records appended per item. Once per short-clip
-  mode (cs3_tasks/asr.py): "batched" (the default: one window per clip, batches of 8, transcripts
+  mode (cs3_tasks/asr/): "batched" (the default: one window per clip, batches of 8, transcripts
   identical to per-clip decoding) and "packed" (opt-in: short clips share Whisper windows);
 - ours, warm: the same command again with --restart (records discarded): every transcript and verdict
   comes from asr.sqlite / judge.sqlite;
@@ -99,7 +99,8 @@ def build_belle_outputs(docs: list[dict], workdir: Path) -> Path:
 
 def build_outputs(docs: list[dict], workdir: Path) -> Path:
     """Authors' layout under workdir/outputs; wavs synthesized once and kept (cached) across runs."""
-    from cs3_tasks import audio, tts
+    from cs3_tasks.build import tts
+    from cs3_tasks.core import audio
 
     outputs = workdir / "outputs"
     (outputs / "json").mkdir(parents=True, exist_ok=True)
@@ -146,7 +147,8 @@ def run_ours(
 ) -> tuple[float, float]:
     """(total seconds, seconds inside transcribe_batch) of one `cs3-bench score` run; ``mode``: the
     short-clip decoding (``--asr-short-clips``)."""
-    from cs3_tasks import asr, scoring
+    from cs3_tasks import asr
+    from cs3_tasks.scoring import pipeline as scoring
 
     in_asr = 0.0
     transcribe_batch = asr.transcribe_batch
@@ -208,8 +210,9 @@ def run_naive(docs: list[dict], outputs: Path, model: str, base_url: str) -> tup
 
     Returns (total seconds, {"asr_s", "judge_s"} time spent in each, per-item rows).
     """
-    from cs3_tasks import asr, judge, metrics, text
-    from cs3_tasks.outputs import read_outputs
+    from cs3_tasks import asr, judge
+    from cs3_tasks.core import metrics, text
+    from cs3_tasks.scoring.outputs import read_outputs
 
     config = judge.JudgeConfig(
         base_url=base_url, model="fake-judge", api_key_env="", max_concurrency=1, use_cache=False
@@ -255,8 +258,8 @@ def run_pipeline(docs: list[dict], outputs: Path, model: str) -> dict:
     from faster_whisper import BatchedInferencePipeline, WhisperModel
 
     from cs3_tasks import asr
-    from cs3_tasks.audio import SAMPLE_RATE, load_audio
-    from cs3_tasks.outputs import read_outputs
+    from cs3_tasks.core.audio import SAMPLE_RATE, load_audio
+    from cs3_tasks.scoring.outputs import read_outputs
 
     threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     pipeline = BatchedInferencePipeline(
@@ -336,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import numpy as np
 
-        from cs3_tasks import metrics
+        from cs3_tasks.core import metrics
 
         # load the model, OpenCC and the Whisper normaliser once for both pipelines (excluded from timings)
         asr.transcribe_batch(

@@ -1,24 +1,54 @@
 """cs3-bench: CS3-Bench (Mandarin-English code-switching speech-to-speech) for lm-evaluation-harness.
 
-Public surface, one module per job:
+The package, by pipeline stage (docs/architecture.md has the module table):
 
-- ``cs3_tasks.text``     normalisation and zh/en language tagging of mixed text
-- ``cs3_tasks.audio``    reading, resampling and encoding audio (no torchcodec)
-- ``cs3_tasks.asr``      ``transcribe_batch`` (faster-whisper / openai-whisper, cached)
-- ``cs3_tasks.tts``      speech synthesis backends (espeak-ng, CosyVoice2)
-- ``cs3_tasks.judge``    the LLM judge (OpenAI-compatible, cached, retried)
-- ``cs3_tasks.metrics``  the CS3-Bench metrics, pure functions of strings
-- ``cs3_tasks.cache``    cache dir, content keys, sqlite and audio caches, atomic writes
-- ``cs3_tasks.data``     the sets, source validation and dataset loading (Hub, local build, embedded demo)
-- ``cs3_tasks.build``    the dataset build pipeline (TTS -> ASR QC -> parquet); ``cs3_tasks.card`` its card
-- ``cs3_tasks.languages`` the language-pair configuration (zh-en, zh->en, ... as YAML)
-- ``cs3_tasks.conversation`` conversation scoring (BELLE zh->en: GPT Score, ASR error rate, off-target)
-- ``cs3_tasks.outputs``  reading what a model produced (``ModelOutput``, ``read_outputs``)
-- ``cs3_tasks.scoring``  the per-item records (``score_batch``) and the resumable ``cs3-bench score``
-- ``cs3_tasks.score_many`` ``cs3-bench score --outputs-root``: many models, one result dir each + leaderboard
-- ``cs3_tasks.summary``  summaries with CIs, the code-switched vs English comparison, markdown
+- ``cs3_tasks.core``     text, language pairs, metrics (pure), audio I/O, caches, the sets and their loading
+- ``cs3_tasks.asr``      ``transcribe_batch`` over faster-whisper / openai-whisper / transformers, cached
+- ``cs3_tasks.judge``    the LLM judge: config, the chat client, reply parsing, one engine
+- ``cs3_tasks.scoring``  records, protocols (cs3, reference), the pipeline, the resumable store, summaries
+- ``cs3_tasks.build``    the dataset build (TTS -> ASR QC -> parquet + card), offline voices and LLM
 - ``cs3_tasks.report``   leaderboards and figures across scored result dirs
-- ``cs3_tasks.reference`` the reference protocol: the authors' own scoring, prompts read from their scripts
+- ``cs3_tasks.harness``  the lm-eval glue: start-up hook, speech responses, data parallelism, eval/demo
+- ``cs3_tasks.cli``      the ``cs3-bench`` command line
+- ``cs3_tasks.models``, ``cs3_tasks.recipe``, ``cs3_tasks.demo``, ``cs3_tasks.task_configs``
+
+What a user scripts with is re-exported here, as jiwer and whisper do; each name is imported on first use,
+so ``import cs3_tasks`` (which the lm-eval start-up hook does in every Python process) stays cheap.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "load_set": "cs3_tasks.core.data",
+    "load_docs": "cs3_tasks.core.data",
+    "SETS": "cs3_tasks.core.data",
+    "transcribe_batch": "cs3_tasks.asr",
+    "Transcript": "cs3_tasks.asr",
+    "AsrConfig": "cs3_tasks.asr",
+    "JudgeConfig": "cs3_tasks.judge",
+    "read_outputs": "cs3_tasks.scoring.outputs",
+    "ModelOutput": "cs3_tasks.scoring.outputs",
+    "score_batch": "cs3_tasks.scoring.pipeline",
+    "summarize": "cs3_tasks.scoring.summary",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'cs3_tasks' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -15,11 +15,11 @@ from setuptools.command.editable_wheel import editable_wheel
 
 PTH_NAME = "cs3_bench_lm_eval.pth"
 # One line; site.py executes .pth lines that start with "import". It does nothing when the switch is
-# set or cs3_tasks is gone, and cs3_tasks.lm_eval_hook.install() only adds an import watcher.
+# set or cs3_tasks is gone, and cs3_tasks.harness.lm_eval_hook.install() only adds an import watcher.
 PTH_CONTENT = (
     "import os; os.environ.get('CS3_BENCH_NO_LM_EVAL_HOOK', '').strip().lower() in ('', '0', 'false', 'no') "
     "and __import__('importlib.util').util.find_spec('cs3_tasks') is not None "
-    "and __import__('cs3_tasks.lm_eval_hook').lm_eval_hook.install()\n"
+    "and __import__('cs3_tasks.harness.lm_eval_hook').harness.lm_eval_hook.install()\n"
 )
 
 

@@ -7,13 +7,15 @@ A conversation task YAML names its dataset config and language pair in ``dataset
 
 A YAML outside this folder (a new pair) refers to the same functions by module path:
 ``!function cs3_tasks.task_configs.conversation_utils.load_conversation`` (lm-eval 0.4.13 imports a
-``!function`` module that is not next to the YAML). ``pair`` is a pair name (``cs3_tasks/languages`` or
+``!function`` module that is not next to the YAML). ``pair`` is a pair name
+(``cs3_tasks/core/language_pairs`` or
 ``$CS3_LANGUAGE_PAIRS``) or a YAML path.
 
 Flow: the loader tags each doc with its set and pair (``cs3_set``, ``cs3_pair``; ``Qid`` = ``id`` for the cs3
 model wrappers) and turns the query audio into a file path; the ``ScoreConversation`` filter scores all
-responses at once with ``cs3_tasks.conversation.score_conversation`` (one batched ASR call, the judge when
-configured); the ``agg_*`` aggregations read ``cs3_tasks.conversation.summarize_conversation``.
+responses at once with ``cs3_tasks.scoring.conversation.score_conversation`` (one batched ASR call, the judge
+when
+configured); the ``agg_*`` aggregations read ``cs3_tasks.scoring.conversation.summarize_conversation``.
 Run settings (``--metadata``): ``dataset``, ``asr_model``, ``asr_backend``, ``asr_short_clips``, ``judge``,
 ``judge_model``, ``judge_base_url``, as for the cs3 tasks (``utils.py``), held by the same run (``run.RUN``).
 """
@@ -29,7 +31,7 @@ from cs3_tasks.task_configs import utils as cs3_utils
 from cs3_tasks.task_configs.run import RUN
 from lm_eval.api.filter import Filter
 
-from cs3_tasks.scoring import CHANNELS
+from cs3_tasks.scoring.pipeline import CHANNELS
 
 DOC_SET, DOC_PAIR = "cs3_set", "cs3_pair"
 
@@ -55,8 +57,8 @@ def load_conversation(
     """A DatasetDict {"test": ...} of one conversation config; docs carry ``cs3_set``/``cs3_pair``/``Qid``."""
     import datasets
 
-    from cs3_tasks.conversation_data import load_conversation_set
-    from cs3_tasks.languages import load_pair
+    from cs3_tasks.build.conversation_data import load_conversation_set
+    from cs3_tasks.core.languages import load_pair
 
     if not config:
         raise ValueError(
@@ -64,7 +66,9 @@ def load_conversation(
         )
     resolved = load_pair(pair)  # fail now, naming the pair, rather than at scoring time
     cs3_utils.check_run_settings(RUN.load_task(metadata))
-    ds = load_conversation_set(config, dataset)  # None: $CS3_BENCH_DATASET, else the Hub (cs3_tasks.data)
+    ds = load_conversation_set(
+        config, dataset
+    )  # None: $CS3_BENCH_DATASET, else the Hub (cs3_tasks.core.data)
     rows = []
     for row in ds:
         row = dict(row)
@@ -97,7 +101,7 @@ class ScoreConversation(Filter):
         self.variant = variant
 
     def apply(self, resps: Sequence, docs: Sequence[Mapping]) -> list[str]:
-        from cs3_tasks.conversation import doc_id, score_conversation
+        from cs3_tasks.scoring.conversation import doc_id, score_conversation
 
         if not docs:
             return []
@@ -138,7 +142,7 @@ def process_results(doc: Mapping, results: Sequence[str]) -> dict[str, dict]:
 
 
 def _summary(records: Sequence[Mapping]) -> dict:
-    from cs3_tasks.conversation import summarize_conversation
+    from cs3_tasks.scoring.conversation import summarize_conversation
 
     return RUN.summary("conversation", records, summarize_conversation)
 

@@ -96,7 +96,7 @@ class LmEvalRun:
     def summary(self, kind: str, records: Sequence[Mapping], summarize: Callable[[list], dict]) -> dict:
         """``summarize(records)``, computed once per record content (every aggregation of a task gets
         the same records)."""
-        from cs3_tasks.cache import stable_key
+        from cs3_tasks.core.cache import stable_key
 
         key = stable_key(kind, list(records))
         hit = self._summaries.get(key)

@@ -2,16 +2,17 @@
 
 Flow of one task (e.g. ``cs3_knowledge``):
 
-1. ``load_<set>`` (``custom_dataset``) loads the set with ``cs3_tasks.data`` from ``--metadata
+1. ``load_<set>`` (``custom_dataset``) loads the set with ``cs3_tasks.core.data`` from ``--metadata
    '{"dataset": ...}'``, else $CS3_BENCH_DATASET, else the Hub; the query audio becomes a file path
    (``doc["audio"]``), so ``doc_to_audio`` hands the model a string that ``--use_cache`` can hash.
-2. The model answers each request with a string: plain text, or ``cs3_tasks.speech.encode_response``
+2. The model answers each request with a string: plain text, or ``cs3_tasks.harness.speech.encode_response``
    (text + path of the waveform it spoke).
 3. The ``ScoreResponses`` filter sees ALL responses of the task at once and calls
-   ``cs3_tasks.scoring.score_batch`` (one batched ASR call, keyword stage, judge when configured). Each
+   ``cs3_tasks.scoring.pipeline.score_batch`` (one batched ASR call, keyword stage, judge when configured).
+   Each
    filtered response is the per-item record as JSON: text, audio path, transcript, verdicts.
 4. ``process_results`` hands each metric a compact copy of the record; the ``agg_*`` aggregations call
-   ``cs3_tasks.scoring.summarize`` over the task's records, so lm-eval reports exactly the numbers of
+   ``cs3_tasks.scoring.pipeline.summarize`` over the task's records, so lm-eval reports exactly the numbers of
    ``cs3-bench score``. A channel that does not apply (no speech from a text-only model) gives NaN.
 
 Run settings (``--metadata`` keys, all optional): ``protocol`` ("reference", the default: the authors'
@@ -35,8 +36,8 @@ from typing import Any
 from cs3_tasks.task_configs.run import RUN
 from lm_eval.api.filter import Filter
 
-from cs3_tasks.data import CATEGORIES, check_set
-from cs3_tasks.scoring import CHANNELS
+from cs3_tasks.core.data import CATEGORIES, check_set
+from cs3_tasks.scoring.pipeline import CHANNELS
 
 # ---------------------------------------------------------------------------------------------------------
 # dataset
@@ -46,7 +47,7 @@ def _load(set_name: str, dataset: str | None = None, **metadata: Any):
     """A DatasetDict {"test": ...} of one set, its audio as a file path (``doc["audio"]``)."""
     import datasets
 
-    from cs3_tasks import data
+    from cs3_tasks.core import data
 
     settings = RUN.load_task({"dataset": dataset, **metadata})
     check_run_settings(settings)
@@ -91,7 +92,7 @@ def query_audio_path(audio: Any, qid: Any = None) -> str | None:
     cache, named by content hash (stable across runs, so lm-eval's request cache keys are too)."""
     import hashlib
 
-    from cs3_tasks.cache import atomic_write, cache_dir
+    from cs3_tasks.core.cache import atomic_write, cache_dir
 
     if audio is None:
         return None
@@ -158,7 +159,7 @@ class ScoreResponses(Filter):
         self.variant = variant
 
     def apply(self, resps: Sequence, docs: Sequence[Mapping]) -> list[str]:
-        from cs3_tasks import scoring
+        from cs3_tasks.scoring import pipeline as scoring
 
         settings = RUN.settings
         outputs = [model_output(doc, responses) for doc, responses in zip(docs, resps)]
@@ -188,15 +189,15 @@ def gathered_records(records: Sequence[Mapping]) -> list[dict]:
     values to rank 0 for the aggregations; records read across tasks must be gathered here, by every
     rank (a collective), in the same task order. A launch whose ranks all saw every doc (no sharding)
     gives each Qid once all the same."""
-    from cs3_tasks.distributed import all_gather_list
+    from cs3_tasks.harness.distributed import all_gather_list
 
     return list({str(r["qid"]): dict(r) for r in all_gather_list(list(records))}.values())
 
 
 def model_output(doc: Mapping, responses: Any):
     """The scoring module's ModelOutput for one lm-eval response (the first of ``resps``)."""
-    from cs3_tasks.outputs import ModelOutput, join_problems, repair_text
-    from cs3_tasks.speech import decode_payload
+    from cs3_tasks.harness.speech import decode_payload
+    from cs3_tasks.scoring.outputs import ModelOutput, join_problems, repair_text
 
     qid = str(doc["Qid"])
     response = responses[0] if isinstance(responses, (list, tuple)) and responses else responses
@@ -236,7 +237,8 @@ def judge_config(settings: Mapping[str, Any]):
 def protocol(settings: Mapping[str, Any]) -> str:
     """The scoring protocol of a run (``protocol``, default reference). For a reference run with a judge,
     the authors' prompts are read here, so that a missing copy of their scripts fails at task load."""
-    from cs3_tasks import reference, scoring
+    from cs3_tasks.scoring import pipeline as scoring
+    from cs3_tasks.scoring import reference
 
     name = str(settings.get("protocol") or scoring.DEFAULT_PROTOCOL).strip().lower()
     scoring.check_protocol(name)
@@ -249,7 +251,8 @@ def scoring_settings(settings: Mapping[str, Any], set_name: str) -> dict:
     """What ``cs3-bench score`` would record in ``<set>.settings.json`` for a run with these settings
     (protocol, ASR, judge, the authors' scripts), so that a summary says whether it is comparable to the
     paper (`summary.add_comparability`)."""
-    from cs3_tasks import reference, scoring
+    from cs3_tasks.scoring import pipeline as scoring
+    from cs3_tasks.scoring import reference
 
     name = protocol(settings)
     judge = judge_config(settings)
@@ -265,8 +268,8 @@ def asr_config(settings: Mapping[str, Any]):
     """The ASR of a run with these settings (``asr_backend``, ``asr_model``, ``asr_short_clips``,
     ``asr_device``); under the reference protocol with none chosen, Whisper-large-v3 through transformers
     where it can be loaded."""
-    from cs3_tasks import scoring
     from cs3_tasks.asr import AsrConfig
+    from cs3_tasks.scoring import pipeline as scoring
 
     config = AsrConfig(
         backend=settings.get("asr_backend") or None,
@@ -337,7 +340,7 @@ def process_results(doc: Mapping, results: Sequence[str]) -> dict[str, dict]:
 
 
 def _summary(records: Sequence[Mapping]) -> dict:
-    from cs3_tasks.summary import summarize
+    from cs3_tasks.scoring.summary import summarize
 
     # in Qid order: a summary must not depend on how the records were sharded and gathered
     return RUN.summary("cs3", records, lambda rs: summarize(rs[0]["set"], sorted(rs, key=_qid_order)))
@@ -383,7 +386,7 @@ def _cs_vs_en(channel: str, key: str) -> Callable[[Sequence[Mapping]], float]:
     """Drop / preserve rate of the code-switched set vs this English set, when both ran in this run."""
 
     def aggregate(records: Sequence[Mapping]) -> float:
-        from cs3_tasks.summary import compare_cs_en
+        from cs3_tasks.scoring.summary import compare_cs_en
 
         if not records:
             return math.nan

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from cs3_tasks import distributed
+from cs3_tasks.harness import distributed
 from cs3_tasks.models.precomputed import PrecomputedLM
 
 lm = PrecomputedLM(outputs=sys.argv[1])

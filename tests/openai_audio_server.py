@@ -41,7 +41,7 @@ def sine_wav(seconds: float = 0.5, rate: int = REPLY_RATE) -> bytes:
 
 def spoken_wav(text: str) -> bytes:
     """``text`` spoken by espeak-ng (English voice) as WAV bytes: Whisper transcribes it quickly."""
-    from cs3_tasks.tts import synthesize
+    from cs3_tasks.build.tts import synthesize
 
     audio, rate = synthesize(text, voice="en-us")
     buffer = io.BytesIO()

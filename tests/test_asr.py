@@ -18,7 +18,7 @@ import soundfile as sf
 
 from cs3_tasks import asr
 from cs3_tasks.asr import Transcript, transcribe_batch
-from cs3_tasks.audio import SAMPLE_RATE, load_audio, resample
+from cs3_tasks.core.audio import SAMPLE_RATE, load_audio, resample
 
 # Measured 2026-11-30 with Whisper-base int8, beam 5, language detection on: corpus CER 0.13 on the 250
 # clips (see benchmarks/belle_asr_cer.py). The bound leaves room for CPU/library differences but fails if
@@ -67,7 +67,7 @@ def isolated_cache(tmp_path, monkeypatch):
 
 
 def _cer(reference: str, hypothesis: str) -> float:
-    from cs3_tasks.metrics import character_error_rate
+    from cs3_tasks.core.metrics import character_error_rate
 
     return character_error_rate(reference, hypothesis)
 
@@ -78,7 +78,7 @@ def _cer(reference: str, hypothesis: str) -> float:
 
 @pytest.mark.slow
 def test_belle_character_error_rate_all_250(whisper_base):
-    from cs3_tasks.metrics import corpus_character_error_rate
+    from cs3_tasks.core.metrics import corpus_character_error_rate
 
     pairs = _belle_pairs()
     assert len(pairs) == 250
@@ -276,7 +276,7 @@ def test_packed_decoding_matches_per_clip_accuracy_on_belle(whisper_base, monkey
     Measured on all 250 (benchmarks/belle_asr_cer.py): CER 0.12-0.13 packed vs 0.135 per clip; the
     transcripts differ on some clips (neighbours in the window), so this compares accuracy.
     """
-    from cs3_tasks.metrics import corpus_character_error_rate
+    from cs3_tasks.core.metrics import corpus_character_error_rate
 
     monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")
     pairs = _belle_pairs()[:24]

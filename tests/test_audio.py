@@ -1,4 +1,4 @@
-"""cs3_tasks.audio: every input form decodes to the same 16 kHz mono float32 samples."""
+"""cs3_tasks.core.audio: every input form decodes to the same 16 kHz mono float32 samples."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from cs3_tasks.audio import (
+from cs3_tasks.core.audio import (
     SAMPLE_RATE,
     AudioError,
     content_hash,

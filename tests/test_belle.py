@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from cs3_tasks import conversation, metrics
 from cs3_tasks.asr import Transcript
+from cs3_tasks.core import metrics
 from cs3_tasks.judge import JudgeConfig
-from cs3_tasks.outputs import ModelOutput
+from cs3_tasks.scoring import conversation
+from cs3_tasks.scoring.outputs import ModelOutput
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from judge_server import FakeJudgeServer, Reply
@@ -135,8 +136,8 @@ def test_speech_outputs_with_judge(tmp_path, monkeypatch):
 
 def test_belle_builds_as_a_16khz_config_of_our_dataset(tmp_path):
     folder = shared_belle()
-    from cs3_tasks.conversation_data import build_conversation_set, load_conversation_set, read_belle
-    from cs3_tasks.data import demo_dataset_dir
+    from cs3_tasks.build.conversation_data import build_conversation_set, load_conversation_set, read_belle
+    from cs3_tasks.core.data import demo_dataset_dir
 
     out = tmp_path / "build"
     shutil.copytree(demo_dataset_dir(), out)  # an existing CS3-Bench build: its configs must stay
@@ -153,7 +154,7 @@ def test_belle_builds_as_a_16khz_config_of_our_dataset(tmp_path):
     card = (out / "README.md").read_text(encoding="utf-8")
     for config in ("knowledge", "knowledge_en", "open_ended", SET):
         assert f"config_name: {config}" in card
-    from cs3_tasks import data
+    from cs3_tasks.core import data
 
     assert len(data.load_set("knowledge", str(out))) > 0  # the CS3 sets still load
     # a re-build replaces the config's card entries instead of adding more
@@ -163,7 +164,7 @@ def test_belle_builds_as_a_16khz_config_of_our_dataset(tmp_path):
 
 
 def test_read_belle_names_the_broken_items(tmp_path):
-    from cs3_tasks.conversation_data import ConversationSourceError, read_belle
+    from cs3_tasks.build.conversation_data import ConversationSourceError, read_belle
 
     (tmp_path / "wav").mkdir()
     (tmp_path / "test.tsv").write_text("id\ttext\n0\t你好\n1\t\n2\t再见\n2\t再见\n", encoding="utf-8")
@@ -242,7 +243,7 @@ def _belle_style_folder(tmp_path: Path) -> Path:
     """A two-item BELLE-eval-S2S folder as distributed (test.tsv + wav/)."""
     import numpy as np
 
-    from cs3_tasks import audio
+    from cs3_tasks.core import audio
 
     folder = tmp_path / "belle"
     (folder / "wav").mkdir(parents=True)
@@ -253,7 +254,7 @@ def _belle_style_folder(tmp_path: Path) -> Path:
 
 
 def test_score_cli_on_a_belle_style_folder_text_only(tmp_path):
-    from cs3_tasks.conversation import add_arguments, run
+    from cs3_tasks.scoring.conversation import add_arguments, run
 
     folder = _belle_style_folder(tmp_path)
     outputs = tmp_path / "outputs"
@@ -293,7 +294,7 @@ def test_score_conversation_cli_resumes_and_refuses_other_settings(tmp_path, mon
     """score-conversation is resumable like score: a re-run scores only what is missing or changed."""
     import argparse
 
-    from cs3_tasks.conversation import add_arguments, run
+    from cs3_tasks.scoring.conversation import add_arguments, run
 
     folder = _belle_style_folder(tmp_path)
     outputs = tmp_path / "outputs"

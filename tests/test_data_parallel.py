@@ -26,9 +26,10 @@ from pathlib import Path
 import pytest
 from lm_eval.api.instance import Instance
 
-from cs3_tasks import data, distributed, evaluate
+from cs3_tasks.core import data
+from cs3_tasks.harness import distributed, evaluate
 from cs3_tasks.models.base import SpeechLM, SpeechReply, repeated_requests
-from cs3_tasks.outputs import output_files, read_output_union, read_outputs
+from cs3_tasks.scoring.outputs import output_files, read_output_union, read_outputs
 
 REPO = Path(__file__).resolve().parents[1]
 STRONG = evaluate.DEMO_RESPONSES / "demo-strong"

@@ -1,4 +1,5 @@
-"""Every public function of cs3_tasks.text and cs3_tasks.metrics on hostile input: arbitrary Unicode (lone
+"""Every public function of cs3_tasks.core.text and cs3_tasks.core.metrics on hostile input: arbitrary
+Unicode (lone
 surrogates, controls, combining marks, RTL, NUL), a 1 M-character text, and odd numbers. No crash, rates in
 [0, 1], error rates >= 0, None only where documented."""
 
@@ -11,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cs3_tasks import metrics as M
-from cs3_tasks import text as T
+from cs3_tasks.core import metrics as M
+from cs3_tasks.core import text as T
 
 HOSTILE = [
     "\ud83d",

@@ -1,4 +1,5 @@
-"""Tests of cs3_tasks.languages (the language-pair configuration) and pair-aware text/metrics functions."""
+"""Tests of cs3_tasks.core.languages (the language-pair configuration) and pair-aware text/metrics
+functions."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from fractions import Fraction
 
 import pytest
 
-from cs3_tasks import metrics, text
-from cs3_tasks.languages import (
+from cs3_tasks.core import metrics, text
+from cs3_tasks.core.languages import (
     SCRIPTS,
     LanguagePair,
     LanguagePairError,

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from cs3_tasks.task_configs.run import LmEvalRun
 
-from cs3_tasks import data, evaluate, lm_eval_hook
-from cs3_tasks.speech import encode_response
+from cs3_tasks.core import data
+from cs3_tasks.harness import evaluate, lm_eval_hook
+from cs3_tasks.harness.speech import encode_response
 
 lm_eval = pytest.importorskip("lm_eval")
 
@@ -113,8 +114,8 @@ def _docs(set_name: str) -> list[dict]:
 
 @needs_demo
 def test_filter_records_and_metrics_equal_scoring_summaries(utils, monkeypatch):
-    """lm-eval's numbers are cs3_tasks.scoring's: same records, same summarize()."""
-    from cs3_tasks import summary
+    """lm-eval's numbers are cs3_tasks.scoring.pipeline's: same records, same summarize()."""
+    from cs3_tasks.scoring import summary
 
     monkeypatch.setattr(utils, "RUN", LmEvalRun({"judge": "none"}))
     docs = _docs("knowledge")
@@ -202,7 +203,7 @@ def test_python_api_simple_evaluate_text_only(tmp_path):
 
 def test_demo_responses_are_what_the_script_makes(tmp_path):
     """The bundled demo responses come from make_responses (texts identical; audio 16 kHz, readable)."""
-    from cs3_tasks.audio import load_audio
+    from cs3_tasks.core.audio import load_audio
     from cs3_tasks.demo import make_responses
 
     bundled = Path(evaluate.DEMO_RESPONSES)

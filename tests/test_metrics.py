@@ -1,4 +1,4 @@
-"""Tests of cs3_tasks.metrics on hand-made cases, plus hypothesis robustness and invariants."""
+"""Tests of cs3_tasks.core.metrics on hand-made cases, plus hypothesis robustness and invariants."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cs3_tasks import metrics as M
+from cs3_tasks.core import metrics as M
 
 # --- keyword stage -------------------------------------------------------------------------------------
 
@@ -264,7 +264,7 @@ def test_identical_strings_have_zero_error_and_full_psr(s):
 @settings(max_examples=200, deadline=None)
 @given(st.text(alphabet="喬治華盛頓說話東亞語言學習中國臺灣 deep learning ,.·"))
 def test_traditional_transcript_is_not_penalised(s):
-    from cs3_tasks.text import to_simplified
+    from cs3_tasks.core.text import to_simplified
 
     simplified = to_simplified(s)
     assert M.character_error_rate(simplified, s) == 0.0

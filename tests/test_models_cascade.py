@@ -16,8 +16,8 @@ from lm_eval.api.instance import Instance
 from openai_audio_server import FakeAudioServer
 from tiny_llm import build_tiny_qwen2
 
-from cs3_tasks import tts
-from cs3_tasks.speech import decode_response
+from cs3_tasks.build import tts
+from cs3_tasks.harness.speech import decode_response
 
 pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
 
@@ -36,8 +36,8 @@ def asr_ready():
 
 @pytest.fixture(scope="module")
 def query_wavs(tmp_path_factory):
-    from cs3_tasks.audio import write_wav
-    from cs3_tasks.tts import synthesize
+    from cs3_tasks.build.tts import synthesize
+    from cs3_tasks.core.audio import write_wav
 
     folder = tmp_path_factory.mktemp("queries")
     paths = []
@@ -181,7 +181,7 @@ def test_a_tts_failure_fails_the_speech_channel_and_keeps_the_text(tiny_llm_dir,
 
     from cs3_tasks.models import cascade
     from cs3_tasks.models.base import SpeechReply
-    from cs3_tasks.outputs import read_outputs
+    from cs3_tasks.scoring.outputs import read_outputs
 
     lm = cascade.CascadeLM(
         llm=str(tiny_llm_dir), max_new_tokens=4, output_dir=str(tmp_path / "out"), device="cpu",

@@ -12,7 +12,7 @@ from lm_eval.api.instance import Instance
 from lm_eval_runner import run_lm_eval
 from openai_audio_server import REPLY_RATE, FakeAudioServer
 
-from cs3_tasks.speech import decode_response
+from cs3_tasks.harness.speech import decode_response
 
 
 def query_wav_bytes(seconds: float = 0.3, rate: int = 22_050) -> bytes:
@@ -159,7 +159,7 @@ def test_real_lm_eval_cli_on_demo_set(tmp_path):
     twice with --use_cache: the second run is answered from lm-eval's cache, not the endpoint."""
     import shutil
 
-    from cs3_tasks import data
+    from cs3_tasks.core import data
 
     if shutil.which("espeak-ng") is None:
         pytest.skip("espeak-ng is not installed")

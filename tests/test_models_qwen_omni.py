@@ -20,7 +20,7 @@ if not hasattr(transformers, "Qwen2_5OmniForConditionalGeneration"):
 
 from lm_eval.api.instance import Instance  # noqa: E402 - only once torch/transformers are known to work
 
-from cs3_tasks.speech import decode_payload, decode_response  # noqa: E402
+from cs3_tasks.harness.speech import decode_payload, decode_response  # noqa: E402
 
 SPECIAL = [
     "<|endoftext|>",

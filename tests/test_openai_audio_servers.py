@@ -10,6 +10,7 @@ import soundfile as sf
 from openai_audio_server import REPLY_RATE, FakeAudioServer
 from test_models_openai_audio import instance, query_wav_bytes
 
+from cs3_tasks.harness.speech import decode_response
 from cs3_tasks.models.openai_audio import (
     EndpointError,
     OpenAIAudioLM,
@@ -18,7 +19,6 @@ from cs3_tasks.models.openai_audio import (
     reply_parts,
     split_base_urls,
 )
-from cs3_tasks.speech import decode_response
 
 
 def make_lm(base_url: str, tmp_path, **overrides) -> OpenAIAudioLM:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cs3_tasks.speech import decode_payload, decode_response, encode_response, is_speech_response
+from cs3_tasks.harness.speech import decode_payload, decode_response, encode_response, is_speech_response
 
 lm_eval = pytest.importorskip("lm_eval")
 

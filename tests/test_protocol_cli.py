@@ -15,8 +15,10 @@ import pytest
 from conftest import FakeASR
 from judge_server import Reply, by_keyword
 
-from cs3_tasks import reference, report, scoring
-from cs3_tasks.outputs import read_outputs
+from cs3_tasks.report import leaderboard as report
+from cs3_tasks.scoring import pipeline as scoring
+from cs3_tasks.scoring import reference
+from cs3_tasks.scoring.outputs import read_outputs
 
 AUTHORS = Path(__file__).resolve().parents[2] / "shared" / "reference" / "vocalbench-zh"
 
@@ -265,8 +267,8 @@ def test_lm_eval_metadata_protocol(monkeypatch, tmp_path):
     from cs3_tasks.task_configs.run import LmEvalRun
     from lm_eval.tasks._yaml_loader import _load_module_with_cache
 
-    from cs3_tasks import lm_eval_hook
-    from cs3_tasks.outputs import ModelOutput
+    from cs3_tasks.harness import lm_eval_hook
+    from cs3_tasks.scoring.outputs import ModelOutput
 
     utils = _load_module_with_cache(lm_eval_hook.task_dir() / "utils.py")
     assert utils.protocol({}) == "reference" and utils.protocol({"protocol": "cs3"}) == "cs3"

@@ -211,7 +211,7 @@ def test_rewriter_and_checker_statuses_and_cache(tmp_path, judge_server):
 
 
 def _mix_sources(tmp: Path) -> Path:
-    from cs3_tasks.audio import write_wav
+    from cs3_tasks.core.audio import write_wav
 
     clips = tmp / "clips"
     clips.mkdir()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cs3_tasks import text
+from cs3_tasks.core import text
 from cs3_tasks.recipe import transforms as tf
 
 SHARED = Path(os.environ.get("CS3_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")

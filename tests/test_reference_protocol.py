@@ -30,9 +30,9 @@ from pathlib import Path
 import pytest
 from judge_server import FakeJudgeServer, Reply
 
-from cs3_tasks import reference
 from cs3_tasks.judge import JudgeConfig
-from cs3_tasks.summary import add_comparability
+from cs3_tasks.scoring import reference
+from cs3_tasks.scoring.summary import add_comparability
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 AUTHORS = SHARED / "reference" / "vocalbench-zh"
@@ -495,9 +495,9 @@ def test_authors_layout_array_lines_wavs_and_transcripts(tmp_path):
     assert any("no Qid" in (v["problem"] or "") for v in read.values())
     assert "cannot name a wav" in read["../evil"]["problem"]
     try:  # its home after the scoring split
-        from cs3_tasks.outputs import ModelOutput
+        from cs3_tasks.scoring.outputs import ModelOutput
     except ImportError:
-        from cs3_tasks.scoring import ModelOutput
+        from cs3_tasks.scoring.pipeline import ModelOutput
 
     assert ModelOutput(**first).qid == "codeswitching_knowledge-000"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cs3_tasks import scoring
+from cs3_tasks.scoring import pipeline as scoring
 
 try:  # tests/ is on sys.path under pytest's default import mode
     from test_scoring import FakeASR, FakeJudge, _args, _cli_fixture
@@ -70,7 +70,7 @@ def test_lm_eval_model_output_repairs_lone_surrogates():
 def test_records_carry_asr_and_judge_notes(tmp_path, monkeypatch):
     from cs3_tasks.asr import Transcript
     from cs3_tasks.judge import Verdict
-    from cs3_tasks.outputs import ModelOutput
+    from cs3_tasks.scoring.outputs import ModelOutput
 
     monkeypatch.setattr(
         "cs3_tasks.asr.transcribe_batch",
@@ -147,7 +147,7 @@ def test_a_gbk_file_is_a_clear_error_not_a_score(tmp_path, fakes, capsys):
 
 
 def test_judge_errors_give_bounds_not_a_bare_rate(tmp_path, fakes):
-    from cs3_tasks import report
+    from cs3_tasks.report import leaderboard as report
 
     asr, _ = fakes
     outputs, dataset = _cli_fixture(tmp_path, asr)
@@ -168,7 +168,7 @@ def test_judge_errors_give_bounds_not_a_bare_rate(tmp_path, fakes):
 
 
 def test_open_ended_judge_errors_give_bounds():
-    from cs3_tasks.summary import summarize
+    from cs3_tasks.scoring.summary import summarize
 
     records = []
     for i, relevance in enumerate([5, 4, None, None]):
@@ -229,7 +229,7 @@ def _knowledge_record(qid: str, correct: bool | None, protocol: str = "cs3") -> 
 
 @pytest.mark.parametrize("protocol", ["cs3", "reference"])
 def test_items_without_output_give_bounds_not_a_bare_rate(protocol):
-    from cs3_tasks.summary import format_entry, summarize
+    from cs3_tasks.scoring.summary import format_entry, summarize
 
     # 2 right, 1 wrong, 3 failed generations (often the hard items): 66.7% over the answered is biased
     records = [
@@ -247,7 +247,7 @@ def test_items_without_output_give_bounds_not_a_bare_rate(protocol):
 
 
 def test_open_ended_items_without_output_widen_the_bounds_only_when_judged():
-    from cs3_tasks.summary import summarize
+    from cs3_tasks.scoring.summary import summarize
 
     def records(judged: bool) -> list[dict]:
         out = []
@@ -287,7 +287,7 @@ def test_a_wrapper_run_whose_items_mostly_failed_stops_after_saving_everything(t
     from lm_eval.api.instance import Instance
 
     from cs3_tasks.models.base import ERRORS_FILE, ItemError, RunMostlyFailed, SpeechLM, SpeechReply
-    from cs3_tasks.outputs import read_outputs
+    from cs3_tasks.scoring.outputs import read_outputs
 
     class FlakyLM(SpeechLM):
         model_name = "cs3-flaky"
@@ -331,7 +331,7 @@ def test_lm_eval_table_has_complete_flag_and_problem_count(fakes):
     from cs3_tasks.task_configs import utils
     from test_scoring import DOCS, JUDGE
 
-    from cs3_tasks.outputs import ModelOutput
+    from cs3_tasks.scoring.outputs import ModelOutput
 
     assert {"complete", "items_with_problems"} <= set(utils.metric_names("knowledge", "text"))
     outputs = [
@@ -444,7 +444,9 @@ def test_lm_eval_judge_and_asr_configuration_fail_when_the_task_loads(monkeypatc
     from cs3_tasks.task_configs import utils
 
     monkeypatch.delenv("DASHSCOPE_API_KEY", raising=False)
-    monkeypatch.setattr("cs3_tasks.data.load_set", lambda *a, **k: pytest.fail("loaded data before checking"))
+    monkeypatch.setattr(
+        "cs3_tasks.core.data.load_set", lambda *a, **k: pytest.fail("loaded data before checking")
+    )
     with pytest.raises(ValueError, match="cs3 --metadata: .*DASHSCOPE_API_KEY"):
         utils.load_knowledge(dataset="demo", judge="qwen-max")
     with pytest.raises(ValueError, match="cs3 --metadata: .*backend"):

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from cs3_tasks import report, scoring
-from cs3_tasks.summary import summarize
+from cs3_tasks.report import leaderboard as report
+from cs3_tasks.scoring import pipeline as scoring
+from cs3_tasks.scoring.summary import summarize
 
 
 def _knowledge_records(set_name: str, correct: list[bool], speech: list[bool] | None) -> list[dict]:

@@ -17,8 +17,10 @@ import pytest
 from judge_server import Reply
 from test_protocol_cli import DOCS, EN_DOCS
 
-from cs3_tasks import report, score_many, scoring
-from cs3_tasks.audio import write_wav
+from cs3_tasks.core.audio import write_wav
+from cs3_tasks.report import leaderboard as report
+from cs3_tasks.scoring import many as score_many
+from cs3_tasks.scoring import pipeline as scoring
 
 ANSWERS = {"k-000": "答案0", "k-001": "RIGHT 1", "k-002": "不知道", "k-003": "答案是3"}
 EN_ANSWERS = {"e-000": "It is answer0.", "e-001": "no idea"}

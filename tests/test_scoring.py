@@ -14,12 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cs3_tasks import data, scoring
 from cs3_tasks.asr import Transcript
-from cs3_tasks.audio import write_wav
+from cs3_tasks.core import data
+from cs3_tasks.core.audio import write_wav
 from cs3_tasks.judge import JudgeConfig, Verdict
-from cs3_tasks.outputs import ModelOutput, read_outputs
-from cs3_tasks.summary import compare_cs_en, summarize, summary_markdown
+from cs3_tasks.scoring import pipeline as scoring
+from cs3_tasks.scoring.outputs import ModelOutput, read_outputs
+from cs3_tasks.scoring.summary import compare_cs_en, summarize, summary_markdown
 
 try:  # tests/ is on sys.path under pytest's default import mode
     from judge_server import FakeJudgeServer, Reply, by_keyword
@@ -641,7 +642,8 @@ def offline_asr_model(monkeypatch):
 def test_end_to_end_real_asr_bad_inputs_and_cached_rerun(tmp_path, offline_asr_model, monkeypatch):
     import shutil
 
-    from cs3_tasks import asr, tts
+    from cs3_tasks import asr
+    from cs3_tasks.build import tts
 
     if shutil.which(tts.ESPEAK_BINARY) is None:
         pytest.skip("espeak-ng is not installed")

@@ -1,4 +1,4 @@
-"""Tests of cs3_tasks.text: normalisation and zh/en tagging of mixed text."""
+"""Tests of cs3_tasks.core.text: normalisation and zh/en tagging of mixed text."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cs3_tasks import text as T
+from cs3_tasks.core import text as T
 
 
 def test_to_simplified_converts_traditional_and_keeps_the_rest():

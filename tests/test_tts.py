@@ -1,4 +1,5 @@
-"""cs3_tasks.tts: espeak-ng for real; CosyVoice2 up to its Python API boundary (a fake module records calls).
+"""cs3_tasks.build.tts: espeak-ng for real; CosyVoice2 up to its Python API boundary (a fake module records
+calls).
 
 CosyVoice2 itself (model weights, GPU) cannot run here: these tests check that we call its real API
 (CosyVoice2(model_dir, ...), inference_zero_shot(tts_text, prompt_text, prompt_speech_16k, stream=False, ...),
@@ -14,7 +15,7 @@ import types
 import numpy as np
 import pytest
 
-from cs3_tasks import tts
+from cs3_tasks.build import tts
 
 needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
 

@@ -24,7 +24,7 @@ CHECK = textwrap.dedent(
     site.addsitedir(target)          # processes cs3_bench_lm_eval.pth from the wheel
     sys.path.extend(deps)            # dependencies, without their .pth files (no editable finder)
     import cs3_tasks, cs3_tasks.task_configs
-    from cs3_tasks import data
+    from cs3_tasks.core import data
     assert cs3_tasks.__file__.startswith(target), cs3_tasks.__file__
     from lm_eval.tasks import TaskManager
     from lm_eval.api.registry import get_model

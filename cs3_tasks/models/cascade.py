@@ -11,7 +11,8 @@
 
 Stages run over the whole request list: ASR batched over all queries (``cs3_tasks.asr.transcribe_batch``,
 cached), then the LLM (HF: batches of ``batch_size``; endpoint: a bounded thread pool), each answer spoken
-(``cs3_tasks.tts.synthesize``) and saved as soon as it exists, so a killed run keeps every item it answered.
+(``cs3_tasks.build.tts.synthesize``) and saved as soon as it exists, so a killed run keeps every item it
+answered.
 A failure at any stage fails only that item.
 
 The LLM sees what a listener heard: the ASR transcript as the user turn. ``send_instruction=true``
@@ -28,7 +29,7 @@ from typing import Any
 
 from lm_eval.api.registry import register_model
 
-from cs3_tasks.chat_api import RetryPolicy, chat, chat_url
+from cs3_tasks.core.chat_api import RetryPolicy, chat, chat_url
 from cs3_tasks.models.base import (
     ItemError,
     Outcome,
@@ -96,7 +97,7 @@ class CascadeLM(SpeechLM):
         }
         self.asr_language = asr_language or None
         if not tts_backend:
-            from cs3_tasks.tts import default_backend
+            from cs3_tasks.build.tts import default_backend
 
             tts_backend = default_backend()
         self.tts_backend, self.tts_voice = tts_backend, tts_voice
@@ -184,7 +185,7 @@ class CascadeLM(SpeechLM):
             return error
 
     def speak(self, text: str) -> SpeechReply:
-        from cs3_tasks.tts import synthesize
+        from cs3_tasks.build.tts import synthesize
 
         audio, rate = synthesize(text, backend=self.tts_backend, voice=self.tts_voice)
         return SpeechReply(text=text, audio=audio, sample_rate=rate)
@@ -280,8 +281,8 @@ class CascadeLM(SpeechLM):
 
 
 def _offline_llm() -> tuple[str, None]:
-    """(checkpoint folder, no GGUF file) of the `bench` extra's offline LLM (cs3_tasks.offline_llm)."""
-    from cs3_tasks.offline_llm import offline_llm_checkpoint
+    """(checkpoint folder, no GGUF file) of the `bench` extra's offline LLM (cs3_tasks.build.offline_llm)."""
+    from cs3_tasks.build.offline_llm import offline_llm_checkpoint
 
     path = offline_llm_checkpoint()
     if path is None:

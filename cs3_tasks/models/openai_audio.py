@@ -18,7 +18,7 @@ requests go round robin, and a request that fails on one server (connection erro
 HTTP status) is sent to the next (``ServerRotation``).
 
 Requests run in a bounded thread pool (``max_concurrency``), each with a ``timeout`` and up to
-``max_retries`` retries by the shared policy of ``cs3_tasks.chat_api`` (backoff from ``retry_wait``
+``max_retries`` retries by the shared policy of ``cs3_tasks.core.chat_api`` (backoff from ``retry_wait``
 seconds). An item that still fails is recorded for that item (see ``base.py``); the run continues.
 """
 
@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 from lm_eval.api.registry import register_model
 
-from cs3_tasks.audio import SAMPLE_RATE
-from cs3_tasks.chat_api import EndpointError, RetryPolicy, chat, chat_url
+from cs3_tasks.core.audio import SAMPLE_RATE
+from cs3_tasks.core.chat_api import EndpointError, RetryPolicy, chat, chat_url
 from cs3_tasks.models.base import ItemError, Outcome, SpeechLM, SpeechReply, SpeechRequest, as_bool
 
 log = logging.getLogger(__name__)

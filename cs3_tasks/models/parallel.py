@@ -1,4 +1,4 @@
-"""lm-eval's data-parallel interface for the cs3 wrappers, from ``cs3_tasks.distributed``.
+"""lm-eval's data-parallel interface for the cs3 wrappers, from ``cs3_tasks.harness.distributed``.
 
 lm-eval 0.4.13 shards requests by ``rank``/``world_size`` and synchronises with ``all_gather``,
 ``gather_object`` and ``barrier`` only when the LM reports ``world_size > 1``; the defaults of
@@ -13,7 +13,7 @@ from typing import Any
 
 from lm_eval.api.model import LM
 
-from cs3_tasks import distributed
+from cs3_tasks.harness import distributed
 
 
 class DataParallelLM(LM):

@@ -5,10 +5,10 @@ For models that run through their own inference scripts: generate once, then eva
     lm_eval --model cs3-precomputed --model_args outputs=runs/glm4voice --tasks cs3
 
 ``outputs`` is a directory with one file per set, in the layouts of ``cs3-bench score``
-(``cs3_tasks.outputs.read_outputs``): ours ``<set>.jsonl`` (``{Qid, text, audio}``) or the authors'
+(``cs3_tasks.scoring.outputs.read_outputs``): ours ``<set>.jsonl`` (``{Qid, text, audio}``) or the authors'
 ``json/<set>.json`` + ``wav/<Qid>.wav``. Each request is matched to its output by the request's doc
 (``Qid``) and task (``cs3_knowledge`` -> set ``knowledge``); the answer is the speech protocol string
-``cs3_tasks.speech.encode_response(text, wav path)``. An item without output is answered with no text,
+``cs3_tasks.harness.speech.encode_response(text, wav path)``. An item without output is answered with no text,
 no audio and the problem named, so its record says "no output for this Qid" and it is excluded, as in
 ``cs3-bench score``.
 
@@ -27,7 +27,7 @@ from typing import Any
 
 from lm_eval.api.registry import register_model
 
-from cs3_tasks.data import SETS
+from cs3_tasks.core.data import SETS
 from cs3_tasks.models.base import as_bool, set_of_task
 from cs3_tasks.models.parallel import DataParallelLM
 
@@ -90,14 +90,14 @@ class PrecomputedLM(DataParallelLM):
     def outputs_of(self, set_name: str) -> dict:
         """Qid -> outputs.ModelOutput of one set (read once)."""
         if set_name not in self._outputs:
-            from cs3_tasks.outputs import read_outputs
+            from cs3_tasks.scoring.outputs import read_outputs
 
             # a set declared by the task's own docs (DOC_SET_KEY, e.g. belle_eval_s2s) is accepted as is
             self._outputs[set_name] = read_outputs(self.outputs_dir, set_name, known_sets=(*SETS, set_name))
         return self._outputs[set_name]
 
     def answer(self, instance: Any) -> str:
-        from cs3_tasks.speech import encode_response
+        from cs3_tasks.harness.speech import encode_response
 
         doc = instance.doc if isinstance(instance.doc, Mapping) else {}
         qid = doc.get("Qid")

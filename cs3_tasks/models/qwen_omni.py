@@ -23,7 +23,7 @@ from typing import Any
 
 from lm_eval.api.registry import register_model
 
-from cs3_tasks.audio import SAMPLE_RATE
+from cs3_tasks.core.audio import SAMPLE_RATE
 from cs3_tasks.models.base import Outcome, SpeechLM, SpeechReply, SpeechRequest, as_bool, pick_device
 
 log = logging.getLogger(__name__)

@@ -48,11 +48,11 @@ from typing import Any
 
 from lm_eval.api.registry import register_model
 
-from cs3_tasks.audio import SAMPLE_RATE, write_wav
+from cs3_tasks.build.tts import COSYVOICE_MODEL_ENV  # the vocoder is the CosyVoice2 model the TTS uses
+from cs3_tasks.core.audio import SAMPLE_RATE, write_wav
 from cs3_tasks.models.base import ItemError, Outcome, SpeechLM, SpeechReply, SpeechRequest, as_bool, safe_name
 from cs3_tasks.recipe import adapter as recipe_adapter
 from cs3_tasks.recipe.transforms import Response
-from cs3_tasks.tts import COSYVOICE_MODEL_ENV  # the vocoder is the CosyVoice2 model the TTS uses
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from cs3_tasks.audio import write_wav
+from cs3_tasks.core.audio import write_wav
 from cs3_tasks.models.base import ItemError, Outcome, SpeechLM, SpeechReply, SpeechRequest, as_bool, safe_name
 from cs3_tasks.models.workers import workerlib
 

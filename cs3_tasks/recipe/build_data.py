@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cs3_tasks.cache import atomic_write
+from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.recipe import construct, mixing
 from cs3_tasks.recipe.transforms import TransformConfig, transform_target
 

@@ -67,12 +67,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_build_data(args: argparse.Namespace) -> int:
+    from cs3_tasks.build.tts import default_backend as default_tts_backend
     from cs3_tasks.judge import JudgeConfig, JudgeConfigError
     from cs3_tasks.recipe.build_data import BuildDataConfig, build_data
     from cs3_tasks.recipe.construct import MossFormatError, SpeechSettings
     from cs3_tasks.recipe.mixing import MixConfigError
     from cs3_tasks.recipe.transforms import TransformConfig
-    from cs3_tasks.tts import default_backend as default_tts_backend
 
     try:
         asr_config = asr_config_from_args(args)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cs3_tasks.asr import AsrConfig
-from cs3_tasks.cache import AudioCache
+from cs3_tasks.core.cache import AudioCache
 from cs3_tasks.recipe.transforms import surface_english_words
 
 REWRITER_PROMPT = "recipe_rewriter"
@@ -231,7 +231,9 @@ class SpeechSettings:
 
 def synthesize_and_verify(cands: Sequence[Candidate], out_dir: Path, settings: SpeechSettings) -> None:
     """Accepted candidates -> ``out_dir/audio/<id>.wav`` (16 kHz) and a QC status, in place."""
-    from cs3_tasks import asr, audio, build
+    from cs3_tasks import asr
+    from cs3_tasks.build import dataset as build
+    from cs3_tasks.core import audio
 
     cache = AudioCache(out_dir / ".cache" / "tts")
     (out_dir / "audio").mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from cs3_tasks.audio import SAMPLE_RATE
+from cs3_tasks.core.audio import SAMPLE_RATE
 
 IGNORE_INDEX = -100
 

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cs3_tasks.audio import SAMPLE_RATE
+from cs3_tasks.core.audio import SAMPLE_RATE
 from cs3_tasks.recipe.adapter import RECIPE_FILE, apply_adapter, decode_keeping_recipe_tokens
 from cs3_tasks.recipe.transforms import SPECIAL_TOKENS, TransformConfig, postprocess, transform_target
 
@@ -185,7 +185,7 @@ class SpeechCollator:
         return self._ids(self.parts.prompt_prefix), self._ids(suffix)
 
     def features(self, paths: list[Path]):
-        from cs3_tasks.audio import load_audio
+        from cs3_tasks.core.audio import load_audio
 
         audios = [load_audio(p) for p in paths]
         return self.fe(audios, sampling_rate=SAMPLE_RATE, return_tensors="pt").input_features
@@ -410,7 +410,7 @@ class VocalNetCollator:
         import torch
         import whisper
 
-        from cs3_tasks.audio import load_audio
+        from cs3_tasks.core.audio import load_audio
 
         rows, labels, mels = [], [], []
         for e in examples:

@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from cs3_tasks.cache import cache_dir
+from cs3_tasks.core.cache import cache_dir
 
 log = logging.getLogger(__name__)
 

@@ -14,24 +14,27 @@ import sys
 # subcommand -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "build-dataset": (
-        "cs3_tasks.build",
+        "cs3_tasks.build.dataset",
         "build the HF dataset: source JSON -> TTS -> ASR QC -> parquet + card",
     ),
     "build-conversation-set": (
-        "cs3_tasks.conversation_data",
+        "cs3_tasks.build.conversation_data",
         "add a conversation config (e.g. belle_eval_s2s) to a build",
     ),
     "score": (
-        "cs3_tasks.scoring",
+        "cs3_tasks.scoring.pipeline",
         "score pre-generated outputs (text + speech) of one model, or of many (--outputs-root)",
     ),
     "score-conversation": (
-        "cs3_tasks.conversation",
+        "cs3_tasks.scoring.conversation",
         "score pre-generated outputs of a conversation set (BELLE zh->en)",
     ),
-    "report": ("cs3_tasks.report", "leaderboard (markdown + CSV) and figure across scored result dirs"),
-    "eval": ("cs3_tasks.evaluate", "run lm_eval with the cs3 tasks on the include path"),
-    "demo": ("cs3_tasks.evaluate", "run the offline main job on the embedded demo set"),
+    "report": (
+        "cs3_tasks.report.leaderboard",
+        "leaderboard (markdown + CSV) and figure across scored result dirs",
+    ),
+    "eval": ("cs3_tasks.harness.evaluate", "run lm_eval with the cs3 tasks on the include path"),
+    "demo": ("cs3_tasks.harness.evaluate", "run the offline main job on the embedded demo set"),
     "recipe": ("cs3_tasks.recipe.cli", "enhancement recipe: build-data, train"),
 }
 

@@ -1,7 +1,7 @@
 """Speech recognition: one batch API over faster-whisper, openai-whisper and transformers, cached on disk.
 
 ``transcribe_batch`` takes paths, bytes or arrays at any sample rate (resampled to 16 kHz by
-cs3_tasks.audio) and returns one Transcript per input, in order. A bad item (missing or undecodable
+cs3_tasks.core.audio) and returns one Transcript per input, in order. A bad item (missing or undecodable
 audio, a decoder error) yields ``Transcript(text="", language=None, error=...)`` and the batch goes
 on. Successful transcripts are stored in ``cache_dir()/asr.sqlite`` keyed by the audio content, the
 backend, the model identity, the language and the decoding options, so scoring the same outputs
@@ -76,8 +76,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from cs3_tasks.audio import SAMPLE_RATE, AudioError, AudioSource, content_hash, load_audio
-from cs3_tasks.cache import SqliteCache, cache_dir, stable_key
+from cs3_tasks.core.audio import SAMPLE_RATE, AudioError, AudioSource, content_hash, load_audio
+from cs3_tasks.core.cache import SqliteCache, cache_dir, stable_key
 
 log = logging.getLogger(__name__)
 
@@ -751,7 +751,7 @@ _RUNNERS_LOCK = threading.Lock()
 def cpu_threads() -> int:
     """CPU cores this process may use (faster-whisper's thread count): the ranks of a data-parallel launch
     on one machine share the cores."""
-    from cs3_tasks.distributed import cpu_threads_per_process
+    from cs3_tasks.harness.distributed import cpu_threads_per_process
 
     return cpu_threads_per_process()
 
@@ -1127,7 +1127,7 @@ class _TransformersWhisperRunner:
     """Whisper through ``transformers.pipeline("automatic-speech-recognition")``, set up as the CS3-Bench
     authors' utils/whisper_asr.py does: fp16 on CUDA, fp32 on CPU, safetensors weights, the checkpoint's own
     generation config (no beam or token-cap settings of ours) and no forced language. Clips reach the
-    pipeline at 16 kHz (resampled by cs3_tasks.audio; the pipeline would need torchaudio for that).
+    pipeline at 16 kHz (resampled by cs3_tasks.core.audio; the pipeline would need torchaudio for that).
     """
 
     def __init__(self, model_name: str, device: str):

@@ -24,8 +24,8 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from cs3_tasks import scoring
-from cs3_tasks.outputs import find_output_sets
+from cs3_tasks.scoring import pipeline as scoring
+from cs3_tasks.scoring.outputs import find_output_sets
 
 MODELS_FILE = "models.json"
 # scored: summaries written; incomplete: written, but most judge verdicts failed or most items of a set have
@@ -123,7 +123,7 @@ def write_models_file(
     exit_code: int | None = None,
 ) -> None:
     """``<out>/models.json`` (atomically): the run's models with their status, and the skipped folders."""
-    from cs3_tasks.cache import atomic_write
+    from cs3_tasks.core.cache import atomic_write
 
     content = {
         "outputs_root": str(Path(root).resolve()),
@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
 def score_models(
     args: argparse.Namespace, setup: scoring.ScoringSetup, models: Sequence[Path], skipped: Mapping[str, str]
 ) -> int:
-    from cs3_tasks import report
+    from cs3_tasks.report import leaderboard as report
 
     root, out = Path(args.outputs_root), Path(args.out)
     set_name = args.set_name or "all"

@@ -1,6 +1,7 @@
 """The CS3-Bench metrics: pure functions of strings and numbers (no I/O, no models).
 
-All text comparisons go through `cs3_tasks.text`, so traditional characters (which Whisper prints at times),
+All text comparisons go through `cs3_tasks.core.text`, so traditional characters (which Whisper prints at
+times),
 full-width forms, case and punctuation never count as errors.
 
 Per-item metrics
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cs3_tasks.text import (
+from cs3_tasks.core.text import (
     dominant_language,
     english_words,
     mixed_tokens,
@@ -38,7 +39,7 @@ from cs3_tasks.text import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cs3_tasks.languages import LanguagePair
+    from cs3_tasks.core.languages import LanguagePair
 
 # Language-dependent metrics take an optional `pair` (a LanguagePair or its name); None = CS3's zh-en.
 
@@ -64,7 +65,7 @@ def _contains_keyword(response_spans: str, keyword: str | None, min_chars: int =
 # 肯 (Ken, also in 肯定 "certainly"), 范 (Van, in 范围), 休 (Hugh, in 休息) and T (Russell T Davies, in any
 # English text); such an item goes to the judge instead. The whole Answer_zh is always matched, however
 # short (猪, 马). The authors' rule verbatim (raw substrings, no normalisation) is the reference protocol's:
-# `cs3_tasks.reference.knowledge_keyword_hit`; min_part_chars=1 does not give it.
+# `cs3_tasks.scoring.reference.knowledge_keyword_hit`; min_part_chars=1 does not give it.
 MIN_NAME_PART_CHARS = 2
 
 
@@ -234,7 +235,7 @@ def _check_expected(expected: str, pair: LanguagePair | str | None) -> None:
     if pair is None:
         languages = LANGUAGES
     else:
-        from cs3_tasks.languages import load_pair
+        from cs3_tasks.core.languages import load_pair
 
         languages = load_pair(pair).languages
     if expected not in languages:

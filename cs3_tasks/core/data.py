@@ -7,7 +7,7 @@ Two kinds of data live here:
   each naming the Qid and the cause.
 * the *built dataset* (parquet + card, the layout of ``VocalNet/CS3-Bench``): ``load_set`` loads one set
   from the Hub, a local build directory or the embedded demo, with the audio column left undecoded
-  (datasets 5 decodes audio through torchcodec, which we do not depend on; use ``cs3_tasks.audio``).
+  (datasets 5 decodes audio through torchcodec, which we do not depend on; use ``cs3_tasks.core.audio``).
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ def _check_twins(
 
 def demo_dataset_dir() -> Path:
     """The embedded demo build inside the package (our own items, built by our builder with espeak-ng)."""
-    return Path(__file__).resolve().parent / "demo" / "dataset"
+    return Path(__file__).resolve().parents[1] / "demo" / "dataset"
 
 
 def dataset_location(override: str | None = None) -> str:
@@ -239,7 +239,7 @@ def load_set(name: str, location: str | None = None) -> datasets.Dataset:
     else:
         raise DatasetUnavailableError(f"dataset directory {where} does not exist. {_override_hint()}")
     if AUDIO_COLUMN in ds.column_names:
-        # keep datasets from decoding audio (torchcodec); readers use cs3_tasks.audio.load_audio
+        # keep datasets from decoding audio (torchcodec); readers use cs3_tasks.core.audio.load_audio
         ds = ds.cast_column(AUDIO_COLUMN, datasets.Audio(decode=False))
     return ds
 

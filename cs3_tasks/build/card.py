@@ -13,12 +13,12 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cs3_tasks import data
-from cs3_tasks.audio import SAMPLE_RATE
-from cs3_tasks.cache import atomic_write
+from cs3_tasks.core import data
+from cs3_tasks.core.audio import SAMPLE_RATE
+from cs3_tasks.core.cache import atomic_write
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cs3_tasks.languages import LanguagePair
+    from cs3_tasks.core.languages import LanguagePair
 
 CARD_FILE = "README.md"
 TEMPLATE = "card_template.md"
@@ -28,7 +28,7 @@ PAPER_ARXIV = "2510.07881"
 
 def card_template() -> str:
     """The card body, a ``str.format`` template (fields: title, arxiv, counts, tts_line, incomplete, qc)."""
-    return resources.files("cs3_tasks").joinpath(TEMPLATE).read_text(encoding="utf-8")
+    return resources.files("cs3_tasks.build").joinpath(TEMPLATE).read_text(encoding="utf-8")
 
 
 def render_card(
@@ -195,7 +195,7 @@ def add_config_to_card(
         f"`audio` (16 kHz mono FLAC, the HF `Audio` struct), "
         + ", ".join(f"`{c}`" for c in columns[1:])
         + ". Language pair "
-        f"`{pair.name}` (cs3-bench `cs3_tasks/languages`).\n{incomplete}{marker_end}\n"
+        f"`{pair.name}` (cs3-bench `cs3_tasks/core/language_pairs`).\n{incomplete}{marker_end}\n"
     )
     header = "---\n" + yaml.safe_dump(front, sort_keys=False, allow_unicode=True) + "---\n"
     atomic_write(path, header + body.rstrip("\n") + "\n\n" + section)

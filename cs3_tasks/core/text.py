@@ -21,8 +21,10 @@ Definitions used throughout:
 * Anything else (punctuation, symbols, emoji, other scripts such as kana, hangul or Cyrillic) is dropped.
 
 Language pairs: every function that depends on the languages takes an optional ``pair`` (a
-`cs3_tasks.languages.LanguagePair` or its name). Without one it behaves as the ``zh-en`` pair of CS3-Bench
-(``cs3_tasks/languages/zh-en.yaml``), exactly as described above. With another pair, "CJK character" reads
+`cs3_tasks.core.languages.LanguagePair` or its name). Without one it behaves as the ``zh-en`` pair of
+CS3-Bench
+(``cs3_tasks/core/language_pairs/zh-en.yaml``), exactly as described above. With another pair, "CJK
+character" reads
 "character of the pair's matrix script" (for ``tokens: word`` pairs such as Korean, a whitespace word of
 that script is one token and spaces are kept), "English word" reads "word of the embedded language" (Latin
 script, the pair's embedded normaliser), the matrix normalisers (OpenCC t2s or none) come from the pair,
@@ -41,7 +43,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     import opencc
 
-    from cs3_tasks.languages import LanguagePair
+    from cs3_tasks.core.languages import LanguagePair
 
 # Han ideographs: 〇, Extension A, URO, compatibility ideographs, and the supplementary planes (Ext. B-H,
 # compatibility supplement). Kangxi radicals need no range: NFKC maps them to URO ideographs.
@@ -134,14 +136,14 @@ def _spec(pair: LanguagePair | str | None) -> _PairSpec:
     global _DEFAULT_SPEC
     if pair is None:
         if _DEFAULT_SPEC is None:
-            from cs3_tasks.languages import default_pair
+            from cs3_tasks.core.languages import default_pair
 
             spec = _PairSpec(default_pair())
             with _specs_lock:
                 _DEFAULT_SPEC = spec
         return _DEFAULT_SPEC
     if isinstance(pair, str):
-        from cs3_tasks.languages import load_pair
+        from cs3_tasks.core.languages import load_pair
 
         pair = load_pair(pair)
     key = (
@@ -184,7 +186,7 @@ def valid_unicode(text: str) -> str:
     """``text`` with each lone surrogate replaced by U+FFFD (a symbol, dropped by every normaliser) and each
     surrogate pair joined into its character; any other str is returned as it is.
 
-    Every public function of this module (and so of `cs3_tasks.metrics`) applies it to its input first:
+    Every public function of this module (and so of `cs3_tasks.core.metrics`) applies it to its input first:
     text that cannot be encoded is scored as the rest of its characters, never a crash. Readers of model
     outputs call `lone_surrogates` to record the repair on the item.
     """

@@ -3,11 +3,11 @@
 A conversation set is a list of spoken queries: ``id``, ``text`` (what is said) and optionally ``reference``
 (a reference answer for the judge). Its audio comes from recordings (BELLE-eval-S2S: ``test.tsv`` +
 ``wav/<id>.wav`` at 22.05 kHz) or is synthesised from a source JSON with the pair's TTS voice. Either way
-it is resampled to 16 kHz mono FLAC and written with ``cs3_tasks.build``'s parquet writer into
+it is resampled to 16 kHz mono FLAC and written with ``cs3_tasks.build.dataset``'s parquet writer into
 ``<out>/<config>/test-00000-of-00001.parquet``; the dataset card (``<out>/README.md``) gains the config,
 so ``datasets.load_dataset(<out>, "belle_eval_s2s")`` works next to the CS3-Bench sets.
 
-Synthesis reuses ``cs3_tasks.build``'s content-addressed TTS cache and thread pool: a re-run only redoes
+Synthesis reuses ``cs3_tasks.build.dataset``'s content-addressed TTS cache and thread pool: a re-run only redoes
 what changed, and a failing item is reported by id while the others continue.
 """
 
@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cs3_tasks.cache import AudioCache
+from cs3_tasks.core.cache import AudioCache
 
 if TYPE_CHECKING:  # pragma: no cover
     import datasets
 
-    from cs3_tasks.languages import LanguagePair
+    from cs3_tasks.core.languages import LanguagePair
 
 ID, TEXT, REFERENCE = "id", "text", "reference"
 BELLE_CONFIG = "belle_eval_s2s"
@@ -152,7 +152,7 @@ def _check_unique(items: Sequence[ConversationItem], problems: list[str], where:
 
 
 def _recorded_flac(path: str) -> bytes:
-    from cs3_tasks import audio
+    from cs3_tasks.core import audio
 
     return audio.flac_bytes(audio.load_audio(path, audio.SAMPLE_RATE), audio.SAMPLE_RATE)
 
@@ -174,8 +174,9 @@ def build_conversation_set(
     ``build.synthesize_all`` (content-cached in ``cache_dir``, default ``<out>/.cache/tts``). Items that fail
     are left out and listed in the result (and in the card); the rest is written.
     """
-    from cs3_tasks import build, card
-    from cs3_tasks.languages import load_pair
+    from cs3_tasks.build import dataset as build
+    from cs3_tasks.build import card
+    from cs3_tasks.core.languages import load_pair
 
     pair = load_pair(pair)
     out = Path(out)
@@ -253,7 +254,7 @@ def load_conversation_set(config: str, location: str | None = None) -> datasets.
     """
     import datasets
 
-    from cs3_tasks import data
+    from cs3_tasks.core import data
 
     where = data.dataset_location(location)
     local = Path(where)
@@ -265,7 +266,7 @@ def load_conversation_set(config: str, location: str | None = None) -> datasets.
     if local.is_dir():
         if not (local / config).is_dir():
             raise data.DatasetUnavailableError(
-                f"{local} has no {config}/ config; build it with `python -m cs3_tasks.conversation_data "
+                f"{local} has no {config}/ config; build it with `python -m cs3_tasks.build.conversation_data "
                 f"--out {local} ...` (see docs/adding_a_language_pair.md)"
             )
         ds = datasets.load_dataset(str(local), config, split=data.SPLIT)
@@ -279,7 +280,7 @@ def load_conversation_set(config: str, location: str | None = None) -> datasets.
 
 
 # ---------------------------------------------------------------------------------------------------------
-# command line: python -m cs3_tasks.conversation_data
+# command line: python -m cs3_tasks.build.conversation_data
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -317,8 +318,8 @@ def run(args: argparse.Namespace) -> int:
     if args.tts:
         tts_backend = args.tts
     else:
-        from cs3_tasks import tts
-        from cs3_tasks.languages import load_pair
+        from cs3_tasks.build import tts
+        from cs3_tasks.core.languages import load_pair
 
         loaded = load_pair(pair)
         tts_backend = tts.default_backend(loaded.query_language or loaded.matrix)
@@ -336,7 +337,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m cs3_tasks.conversation_data", description=__doc__.splitlines()[0]
+        prog="python -m cs3_tasks.build.conversation_data", description=__doc__.splitlines()[0]
     )
     add_arguments(parser)
     return run(parser.parse_args(argv))

@@ -1,7 +1,8 @@
 """Scoring one CS3-Bench set: the per-item record schema, `score_batch`, the resumable ``cs3-bench score``.
 
 One implementation serves ``cs3-bench score`` and the lm-eval task filters (`score_batch`); reading model
-outputs is `cs3_tasks.outputs`, summaries are `cs3_tasks.summary`. The pairing of outputs with docs and the
+outputs is `cs3_tasks.scoring.outputs`, summaries are `cs3_tasks.scoring.summary`. The pairing of outputs
+with docs and the
 batched ASR (`pair_outputs`, `transcribe_outputs`) and the records file (`RecordsFile`) also serve the
 conversation scorer. The order of work is chosen so that a killed run loses nothing: (1) the text
 channel goes to the judge in the background while (2) all speech is transcribed in ONE `transcribe_batch`
@@ -28,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cs3_tasks.data import KNOWLEDGE_SETS, SETS, check_set
-from cs3_tasks.outputs import (
+from cs3_tasks.core.data import KNOWLEDGE_SETS, SETS, check_set
+from cs3_tasks.scoring.outputs import (
     ModelOutput,
     audio_label,
     find_output_sets,
@@ -43,7 +44,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from cs3_tasks.judge import JudgeConfig, Verdict
 
 CHANNELS = ("text", "speech")
-# "reference": the authors' scoring (cs3_tasks.reference: their prompts read from their scripts, raw keyword
+# "reference": the authors' scoring (cs3_tasks.scoring.reference: their prompts read from their scripts, raw
+# keyword
 # test, startswith / first-[0-5] parsing with 10 asks, every item in the denominator); "cs3": our stricter
 # audit protocol (normalised keywords within punctuation-separated spans, strict parsing, judge errors
 # excluded and counted). Both produce the record schema below.
@@ -52,12 +54,13 @@ DEFAULT_PROTOCOL = "reference"
 
 
 def _zh_en_pair():
-    from cs3_tasks.languages import load_pair
+    from cs3_tasks.core.languages import load_pair
 
     return load_pair("zh-en")
 
 
-# Both from the zh-en language pair (cs3_tasks/languages/zh-en.yaml): the language a response is expected to
+# Both from the zh-en language pair (cs3_tasks/core/language_pairs/zh-en.yaml): the language a response is
+# expected to
 # be dominated by (LSA): {"knowledge": "zh", "knowledge_en": "en", "open_ended": "zh"}; and the ASR hint:
 # None = Whisper auto-detection, for every set (see the module docstring for why not "zh").
 EXPECTED_LANGUAGE = {name: _zh_en_pair().response_language_of(name) for name in SETS}
@@ -148,10 +151,10 @@ def note_keys(set_name: str) -> dict:
 
 
 def _keyword_hit(set_name: str, doc: Mapping, response: str, protocol: str = "cs3") -> bool:
-    from cs3_tasks import metrics
+    from cs3_tasks.core import metrics
 
     if protocol == "reference":
-        from cs3_tasks import reference
+        from cs3_tasks.scoring import reference
 
         fields = ("Answer_zh", "Answer_en") if set_name == "knowledge" else ("Answer",)
         return reference.keyword_hit(set_name, {f: doc.get(f) or "" for f in fields}, response)
@@ -227,7 +230,7 @@ def _run_reference_jobs(
     """The reference protocol's judge (`reference.judge_knowledge` / `judge_open_ended`) for the jobs, whose
     items are (doc, response) pairs; verdicts are `reference.ReferenceVerdict` (value, raw, asks,
     fallback)."""
-    from cs3_tasks import reference
+    from cs3_tasks.scoring import reference
 
     verdicts: list = [None] * len(jobs)
     by_aspect: dict[str | None, list[int]] = defaultdict(list)
@@ -274,7 +277,7 @@ def _apply_verdict(record: dict, job: _JudgeJob, verdict: Verdict) -> None:
     else:
         record[f"{ch}_{aspect}"] = int(verdict.value)
     if aspect == "relevance":
-        from cs3_tasks import metrics
+        from cs3_tasks.core import metrics
 
         relevance = record[f"{ch}_relevance"]
         if asks is not None:  # reference protocol: their scores run 0-5 ([0] is accepted)
@@ -313,7 +316,7 @@ def _channel_keyword(
 
 
 def _text_metrics(record: dict, set_name: str) -> None:
-    from cs3_tasks import metrics, text
+    from cs3_tasks.core import metrics, text
 
     expected = EXPECTED_LANGUAGE[set_name]
     if record["text"] is not None:
@@ -463,7 +466,7 @@ def score_batch(
     check_set(set_name)
     check_protocol(protocol)
     if protocol == "reference" and judge is not None and templates is None:
-        from cs3_tasks import reference
+        from cs3_tasks.scoring import reference
 
         templates = reference.load_templates(reference_scripts)  # fail fast, before ASR and judge work
     reference_templates = templates if protocol == "reference" else None
@@ -679,7 +682,7 @@ def needs_rescore(
 
 
 def _write_records(path: Path, records: Iterable[dict]) -> None:
-    from cs3_tasks.cache import atomic_write
+    from cs3_tasks.core.cache import atomic_write
 
     atomic_write(path, "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records))
 
@@ -701,7 +704,7 @@ class RecordsFile:
 
     def open(self, settings: Mapping, *, restart: bool = False) -> dict[str, dict]:
         """The finished records (none with ``restart``); SettingsMismatchError if made otherwise."""
-        from cs3_tasks.cache import atomic_write
+        from cs3_tasks.core.cache import atomic_write
 
         self.out.mkdir(parents=True, exist_ok=True)
         if not restart and any(k in settings for k in IDENTITY_KEYS):
@@ -888,7 +891,7 @@ def run_settings(
         }
     )
     if protocol == "reference":
-        from cs3_tasks import reference
+        from cs3_tasks.scoring import reference
 
         settings.update(
             reference.protocol_settings(
@@ -906,7 +909,7 @@ def protocol_asr(asr: AsrConfig, protocol: str, chosen: bool = False) -> AsrConf
     from dataclasses import replace
 
     from cs3_tasks import asr as asr_module
-    from cs3_tasks import reference
+    from cs3_tasks.scoring import reference
 
     chosen = (
         chosen
@@ -964,7 +967,8 @@ class ScoreOutcome:
 def scoring_setup(args: argparse.Namespace) -> ScoringSetup:
     """The run's protocol, ASR, judge and (reference protocol with a judge) the authors' prompts, checked
     before any work starts: ScoringError when they cannot be used."""
-    from cs3_tasks import asr, judge, reference
+    from cs3_tasks import asr, judge
+    from cs3_tasks.scoring import reference
 
     protocol = getattr(args, "protocol", "cs3")
     try:
@@ -984,11 +988,11 @@ def scoring_setup(args: argparse.Namespace) -> ScoringSetup:
 
 def run(args: argparse.Namespace) -> int:
     """``cs3-bench score``: one outputs dir (holding its result dir's lock until every file of the run is
-    written), or with ``--outputs-root`` every model folder under it (`cs3_tasks.score_many`)."""
+    written), or with ``--outputs-root`` every model folder under it (`cs3_tasks.scoring.many`)."""
     from contextlib import ExitStack
 
     if getattr(args, "outputs_root", None) is not None:
-        from cs3_tasks import score_many
+        from cs3_tasks.scoring import many as score_many
 
         return score_many.run(args)
     if getattr(args, "set_name", None) is None:
@@ -1016,7 +1020,7 @@ def score_outputs(
     """Score ``args.outputs`` into ``args.out`` (``args.set_name``: one set or "all"); ScoringError on bad
     input. ``held`` (an ExitStack) keeps the result dir's lock; ``setup`` defaults to `scoring_setup`;
     ``echo`` prints each summary (markdown) to stdout."""
-    from cs3_tasks import summary
+    from cs3_tasks.scoring import summary
 
     setup = setup or scoring_setup(args)
     if args.set_name == "all":
@@ -1092,7 +1096,9 @@ def _run_set(
 ) -> tuple[dict, list[dict]]:
     """Score one set of ``args.outputs`` into ``args.out``: its summary and records; ScoringError on a
     setup error."""
-    from cs3_tasks import data, judge, summary
+    from cs3_tasks import judge
+    from cs3_tasks.core import data
+    from cs3_tasks.scoring import summary
 
     out = Path(args.out)
     protocol, asr_config, judge_config, templates = setup.protocol, setup.asr, setup.judge, setup.templates

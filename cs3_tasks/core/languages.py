@@ -17,7 +17,8 @@ A *language pair* names the two languages a task deals with and how to see them 
 * judge prompt templates (``prompts``: a package prompt name, or a file next to the YAML);
 * the espeak-ng voice that reads synthesised queries (``tts_voice``).
 
-Instances ship as package data in ``cs3_tasks/languages/*.yaml`` (``zh-en``: CS3-Bench code-switching;
+Instances ship as package data in ``cs3_tasks/core/language_pairs/*.yaml`` (``zh-en``: CS3-Bench
+code-switching;
 ``zh2en``: BELLE-eval-S2S, spoken Chinese in, English out). Another pair is one more YAML file: put it in a
 folder listed in ``$CS3_LANGUAGE_PAIRS`` (os.pathsep-separated) or refer to it by path. No code changes.
 """
@@ -33,15 +34,15 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from cs3_tasks.text import CJK_CLASS
+from cs3_tasks.core.text import CJK_CLASS
 
 PAIRS_ENV = "CS3_LANGUAGE_PAIRS"  # extra folders of pair YAML files, os.pathsep-separated
 DEFAULT_PAIR = "zh-en"
-PAIR_DIR = Path(__file__).resolve().parent / "languages"
+PAIR_DIR = Path(__file__).resolve().parent / "language_pairs"
 
 # Named scripts (regex character-class bodies). A pair may instead give its own class in `script_class`.
 SCRIPTS: dict[str, str] = {
-    "han": CJK_CLASS,  # Han ideographs (cs3_tasks.text, where the Mandarin normaliser uses it)
+    "han": CJK_CLASS,  # Han ideographs (cs3_tasks.core.text, where the Mandarin normaliser uses it)
     # Hangul syllables, jamo and compatibility jamo.
     "hangul": "\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f\ua960-\ua97f\ud7b0-\ud7ff",
     # Hiragana, katakana (incl. the prolonged sound mark) and Han: written Japanese.

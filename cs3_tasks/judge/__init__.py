@@ -2,7 +2,7 @@
 
 One engine (``ask_batch``) serves every judge task: each prompt is rendered from a package-data template
 (``cs3_tasks/prompts/*.txt``), sent as one user message to ``POST {base_url}/chat/completions``
-(``cs3_tasks.chat_api``) with a bounded number of requests in flight, retried by the shared policy
+(``cs3_tasks.core.chat_api``) with a bounded number of requests in flight, retried by the shared policy
 (timeouts, connection errors, HTTP 408/429/5xx, malformed bodies) and on unparseable replies, and cached
 in sqlite once a reply parses.
 
@@ -33,8 +33,8 @@ from urllib.parse import parse_qsl, unquote, urlparse, urlsplit
 
 import requests
 
-from cs3_tasks.cache import SqliteCache, cache_dir, stable_key
-from cs3_tasks.chat_api import (
+from cs3_tasks.core.cache import SqliteCache, cache_dir, stable_key
+from cs3_tasks.core.chat_api import (
     AuthenticationError,
     EndpointError,
     RetryPolicy,

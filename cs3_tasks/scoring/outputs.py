@@ -5,7 +5,7 @@ or JSON lines; rows {Qid, Response}) + ``wav/cs_<set>/<Qid>.wav``, ``wav/<set>/<
 ``wav/<Qid>.wav``
 (no ``wav/`` folder: a text-only model); ``json_asr/cs_<set>.json`` ({Qid, Response_hyp}) holds given
 transcripts (`read_given_transcripts`). The file names and the array-or-lines reading are
-`cs3_tasks.reference`'s (one home for the authors' layout).
+`cs3_tasks.scoring.reference`'s (one home for the authors' layout).
 Ours: ``<set>.jsonl`` (JSON lines {Qid, text, audio}; audio relative to the outputs dir or absolute), and/or
 the per-rank shards ``<set>.rank<k>.jsonl`` of a data-parallel run (read as their union).
 Problems of single items (bad JSON line, empty response, missing wav) are carried on the item
@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cs3_tasks.data import SETS, check_set
+from cs3_tasks.core.data import SETS, check_set
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cs3_tasks.audio import AudioSource
+    from cs3_tasks.core.audio import AudioSource
 
 IN_MEMORY_AUDIO = "<in-memory audio>"
 
@@ -56,7 +56,7 @@ def audio_label(audio: Any) -> str | None:
 
 def repair_text(text: str) -> tuple[str, str | None]:
     """``text`` made encodable (`text.valid_unicode`) and the problem to record when it was not."""
-    from cs3_tasks import text as text_module
+    from cs3_tasks.core import text as text_module
 
     bad = text_module.lone_surrogates(text)
     if not bad:
@@ -87,7 +87,7 @@ def read_outputs(
     """
     if set_name not in known_sets:
         check_set(set_name)
-    from cs3_tasks import reference
+    from cs3_tasks.scoring import reference
 
     outputs_dir = Path(outputs_dir)
     if set_name in reference.SETS:
@@ -113,7 +113,7 @@ def read_outputs(
 
 def find_output_sets(outputs_dir: Path, known_sets: Sequence[str] = SETS) -> list[str]:
     """The sets an outputs folder holds, in either layout, in ``known_sets`` order (for ``--set all``)."""
-    from cs3_tasks import reference
+    from cs3_tasks.scoring import reference
 
     outputs_dir = Path(outputs_dir)
     authors = set(reference.find_authors_sets(outputs_dir))
@@ -123,7 +123,7 @@ def find_output_sets(outputs_dir: Path, known_sets: Sequence[str] = SETS) -> lis
 def read_given_transcripts(outputs_dir: Path, set_name: str) -> dict[str, str | None]:
     """Qid -> ``Response_hyp`` of ``json_asr/cs_<set>.json`` (the authors' transcripts); FileNotFoundError
     when absent. A row without usable text maps to None (the speech channel of that item is then missing)."""
-    from cs3_tasks import reference
+    from cs3_tasks.scoring import reference
 
     given = reference.read_given_transcripts(outputs_dir, set_name)
     return {qid: row["transcript"] for qid, row in given.items() if not qid.startswith("<")}
@@ -292,7 +292,7 @@ def _parse_line(
 
 
 def _authors_wav(outputs_dir: Path, set_name: str, qid: str) -> tuple[str | None, str | None]:
-    from cs3_tasks import reference
+    from cs3_tasks.scoring import reference
 
     if not (outputs_dir / "wav").is_dir():
         return None, None  # no wav/ folder at all: a text-only model, the speech channel is not applicable

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cs3_tasks.cache import SqliteCache, cache_dir, stable_key
-from cs3_tasks.chat_api import EndpointError
+from cs3_tasks.core.cache import SqliteCache, cache_dir, stable_key
+from cs3_tasks.core.chat_api import EndpointError
 
 if TYPE_CHECKING:  # pragma: no cover
     import requests

@@ -20,15 +20,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cs3_tasks.cache import atomic_write
-from cs3_tasks.data import SETS
+from cs3_tasks.core.cache import atomic_write
+from cs3_tasks.core.data import SETS
 
-DEMO_RESPONSES = Path(__file__).resolve().parent / "demo" / "responses"
+DEMO_RESPONSES = Path(__file__).resolve().parents[1] / "demo" / "responses"
 
 
 def task_dir() -> Path:
     """The folder of the cs3 lm-eval task YAMLs."""
-    from cs3_tasks.lm_eval_hook import task_dir as _task_dir
+    from cs3_tasks.harness.lm_eval_hook import task_dir as _task_dir
 
     return _task_dir()
 
@@ -40,7 +40,7 @@ def task_manager(include_path: str | Path | Sequence[str | Path] | None = None, 
     """
     from lm_eval.tasks import TaskManager
 
-    from cs3_tasks.lm_eval_hook import with_our_tasks
+    from cs3_tasks.harness.lm_eval_hook import with_our_tasks
 
     return TaskManager(include_path=with_our_tasks(include_path), **kwargs)
 
@@ -78,7 +78,7 @@ def write_scored_dir(
     """Write ``<set>.records.jsonl`` / ``.summary.json`` / ``.summary.md`` (the ``cs3-bench score``
     layout, so ``cs3-bench report`` reads it) and return the summaries, with the cs-vs-en comparison.
     ``metadata``: the lm-eval run's, for the settings and the comparability with the paper."""
-    from cs3_tasks.summary import add_comparability, attach_cs_vs_en, summarize, write_summary
+    from cs3_tasks.scoring.summary import add_comparability, attach_cs_vs_en, summarize, write_summary
     from cs3_tasks.task_configs.utils import scoring_settings
 
     out.mkdir(parents=True, exist_ok=True)
@@ -106,7 +106,7 @@ def _pct(value: float | None) -> str:
 
 def cs_vs_en_markdown(per_model: Mapping[str, Mapping[str, dict]]) -> str:
     """One row per model and channel: accuracy on code-switched vs English questions, drop, preserve rate."""
-    from cs3_tasks.scoring import CHANNELS
+    from cs3_tasks.scoring.pipeline import CHANNELS
 
     lines = [
         "| model | channel | acc cs | acc en | drop (abs) | drop (rel) | preserve |",
@@ -213,7 +213,7 @@ def run_demo(args: argparse.Namespace) -> int:
     comparison = cs_vs_en_markdown(per_model)
     print(comparison)
     atomic_write(out / "cs_vs_en.md", comparison)
-    from cs3_tasks import report
+    from cs3_tasks.report import leaderboard as report
 
     print("=== leaderboard ===")
     print(report.write_leaderboard(out, per_model))

@@ -1,0 +1,5 @@
+import sys
+
+from cs3_tasks.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""the shared ground: text, language pairs, pure metrics, audio I/O, caches, the sets."""

@@ -1,0 +1,1 @@
+"""the lm-eval glue: start-up hook, speech responses, data parallelism, eval and demo."""

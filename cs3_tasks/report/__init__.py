@@ -1,0 +1,1 @@
+"""what is shown across scored result dirs: leaderboards and figures."""

@@ -1,0 +1,1 @@
+"""scoring what a model produced: records, protocols, pipeline, resumable store, summaries."""
