@@ -18,6 +18,11 @@ import soundfile as sf
 
 from cs3_tasks import asr
 from cs3_tasks.asr import Transcript, transcribe_batch
+from cs3_tasks.asr import config as asr_config
+from cs3_tasks.asr import faster_whisper as fw_backend
+from cs3_tasks.asr import offline as asr_offline
+from cs3_tasks.asr import runners as asr_runners
+from cs3_tasks.asr import transcribe as asr_transcribe
 from cs3_tasks.core.audio import SAMPLE_RATE, load_audio, resample
 
 # Measured 2026-11-30 with Whisper-base int8, beam 5, language detection on: corpus CER 0.13 on the 250
@@ -171,7 +176,7 @@ def test_real_model_cache_hit_does_no_asr(whisper_base, monkeypatch, isolated_ca
     wavs = [p for p, _ in _belle_pairs()[:2]]
     first = transcribe_batch(wavs, model=whisper_base, progress=False)
     assert (isolated_cache / "asr.sqlite").is_file()
-    runner = asr._load_runner("faster-whisper", whisper_base)
+    runner = asr_runners.cached_runner("faster-whisper", whisper_base)
     clips = []
     original = runner.transcribe_many  # the default short-clip decoding is per clip, in batches
     monkeypatch.setattr(
@@ -191,7 +196,7 @@ def test_batched_and_per_clip_decoding_give_identical_transcripts(whisper_base, 
     """
     monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "batched")
     wavs = [p for p, _ in _belle_pairs()[2:8]]
-    runner = asr._load_runner("faster-whisper", whisper_base)
+    runner = asr_runners.cached_runner("faster-whisper", whisper_base)
     batches = []
     original = runner.transcribe_many
     monkeypatch.setattr(
@@ -218,7 +223,7 @@ def test_language_is_detected_per_clip_in_one_batch(whisper_base, tmp_path, monk
     subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(english), sentence], check=True)
     # one length, so one generation cap: the two clips can share a batch
     chinese, english = _same_length(load_audio(_belle_pairs()[1][0]), load_audio(english))
-    runner = asr._load_runner("faster-whisper", whisper_base)
+    runner = asr_runners.cached_runner("faster-whisper", whisper_base)
     calls = {"transcribe_many": [], "transcribe_packed": []}
     for name, seen in calls.items():
         original = getattr(runner, name)
@@ -241,7 +246,7 @@ def test_corrupt_clip_in_a_batch_fails_alone(whisper_base, tmp_path, monkeypatch
     wavs = _same_length(*(load_audio(p) for p, _ in _belle_pairs()[:2]))  # one cap: one batch
     corrupt = tmp_path / "corrupt.wav"
     corrupt.write_bytes(b"RIFF\x00\x00\x00\x00WAVEfmt garbage" * 10)
-    runner = asr._load_runner("faster-whisper", whisper_base)
+    runner = asr_runners.cached_runner("faster-whisper", whisper_base)
     batches = []
     original = runner.transcribe_many
     monkeypatch.setattr(
@@ -263,10 +268,10 @@ def _same_length(*clips: np.ndarray) -> list[np.ndarray]:
 def test_unfinished_segment_rule_matches_faster_whisper():
     ts = 50_364  # timestamp_begin of the multilingual tokenizer
     text = [100, 200]
-    assert not asr._ends_in_unfinished_segment([ts, *text, ts + 100], ts)  # one closed segment
-    assert not asr._ends_in_unfinished_segment([ts, *text, ts + 50, ts + 50, *text, ts + 90], ts)
-    assert asr._ends_in_unfinished_segment([ts, *text, ts + 50, ts + 50, *text], ts)  # last left open
-    assert not asr._ends_in_unfinished_segment(text, ts)  # no timestamps at all: taken as is
+    assert not fw_backend._ends_in_unfinished_segment([ts, *text, ts + 100], ts)  # one closed segment
+    assert not fw_backend._ends_in_unfinished_segment([ts, *text, ts + 50, ts + 50, *text, ts + 90], ts)
+    assert fw_backend._ends_in_unfinished_segment([ts, *text, ts + 50, ts + 50, *text], ts)  # last left open
+    assert not fw_backend._ends_in_unfinished_segment(text, ts)  # no timestamps at all: taken as is
 
 
 @pytest.mark.slow
@@ -281,7 +286,7 @@ def test_packed_decoding_matches_per_clip_accuracy_on_belle(whisper_base, monkey
     monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")
     pairs = _belle_pairs()[:24]
     wavs, refs = [p for p, _ in pairs], [r for _, r in pairs]
-    runner = asr._load_runner("faster-whisper", whisper_base)
+    runner = asr_runners.cached_runner("faster-whisper", whisper_base)
     left_over = []
     original = runner.transcribe_many
     monkeypatch.setattr(
@@ -311,7 +316,7 @@ def test_uncertain_language_clips_are_decoded_alone(whisper_base, monkeypatch):
     """A clip whose language detection is unsure is not packed (hard audio: segments merge or loop)."""
     monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")
     wavs = [p for p, _ in _belle_pairs()[:3]]
-    runner = asr._load_runner("faster-whisper", whisper_base)
+    runner = asr_runners.cached_runner("faster-whisper", whisper_base)
     detect = runner.detect_languages
     sure = detect([load_audio(w) for w in wavs])
     assert all(lang == "zh" and p > 0.95 for lang, p in sure), sure
@@ -350,8 +355,8 @@ def test_silent_clip_among_packed_clips_is_empty_and_neighbours_are_intact(whisp
 
 @pytest.mark.slow
 def test_model_is_loaded_once_per_process(whisper_base):
-    first = asr._load_runner("faster-whisper", whisper_base)
-    assert asr._load_runner("faster-whisper", whisper_base) is first
+    first = asr_runners.cached_runner("faster-whisper", whisper_base)
+    assert asr_runners.cached_runner("faster-whisper", whisper_base) is first
     assert first.model.model.device == "cpu" or first.model.model.device == "cuda"
 
 
@@ -377,7 +382,7 @@ class _FakeRunner:
 @pytest.fixture
 def fake_runner(monkeypatch):
     runner = _FakeRunner()
-    monkeypatch.setattr(asr, "_load_runner", lambda backend, model, device="cpu": runner)
+    monkeypatch.setattr(asr_transcribe, "cached_runner", lambda backend, model, device="cpu": runner)
     return runner
 
 
@@ -434,7 +439,7 @@ class _FakeBatchedRunner(_FakeRunner):
 @pytest.fixture
 def fake_batched(monkeypatch):
     runner = _FakeBatchedRunner()
-    monkeypatch.setattr(asr, "_load_runner", lambda backend, model, device="cpu": runner)
+    monkeypatch.setattr(asr_transcribe, "cached_runner", lambda backend, model, device="cpu": runner)
     return runner
 
 
@@ -479,7 +484,7 @@ class _FakePackedRunner(_FakeBatchedRunner):
 def fake_packed(monkeypatch):
     monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")  # an opt-in mode: the default decodes per clip
     runner = _FakePackedRunner()
-    monkeypatch.setattr(asr, "_load_runner", lambda backend, model, device="cpu": runner)
+    monkeypatch.setattr(asr_transcribe, "cached_runner", lambda backend, model, device="cpu": runner)
     return runner
 
 
@@ -602,7 +607,9 @@ def test_progress_bar_only_when_asked(fake_runner, capsys):
 
 
 def test_default_model_and_backend_follow_env(monkeypatch):
-    monkeypatch.setattr(asr, "offline_whisper_base", lambda join=True: Path("/models/whisper-base-ct2"))
+    monkeypatch.setattr(
+        asr_config, "offline_whisper_base", lambda join=True: Path("/models/whisper-base-ct2")
+    )
     assert asr.default_model() == str(Path("/models/whisper-base-ct2"))
     assert asr.default_model("openai-whisper") == "large-v3"
     monkeypatch.setenv(asr.MODEL_ENV, "small")
@@ -617,7 +624,7 @@ def test_default_model_and_backend_follow_env(monkeypatch):
 
 @pytest.mark.slow
 def test_offline_model_is_joined_once_and_atomically(isolated_cache):
-    if asr._package_data_dir(asr._OFFLINE_PARTS[0]) is None:
+    if asr_offline._package_data_dir(asr_offline._OFFLINE_PARTS[0]) is None:
         pytest.skip("offline Whisper-base not installed (pip install cs3-bench[offline])")
     target = isolated_cache / "models" / asr.OFFLINE_MODEL_DIR
     # a half-written leftover (e.g. an older non-atomic join) is replaced, not trusted
@@ -625,7 +632,7 @@ def test_offline_model_is_joined_once_and_atomically(isolated_cache):
     (target / "model.bin").write_bytes(b"truncated")
     path = asr.offline_whisper_base()
     assert path == target
-    parts = [asr._package_data_dir(name) for name in asr._OFFLINE_PARTS]
+    parts = [asr_offline._package_data_dir(name) for name in asr_offline._OFFLINE_PARTS]
     parts_1 = (parts[0] / "model.bin.part1").read_bytes()
     expected = parts_1 + (parts[1] / "model.bin.part2").read_bytes()
     assert (path / "model.bin").stat().st_size == len(expected)
@@ -644,7 +651,7 @@ def test_offline_model_is_joined_once_and_atomically(isolated_cache):
 
 
 def test_offline_model_absent_gives_none(monkeypatch):
-    monkeypatch.setattr(asr, "_package_data_dir", lambda name: None)
+    monkeypatch.setattr(asr_offline, "_package_data_dir", lambda name: None)
     assert asr.offline_whisper_base() is None
     assert asr.default_model() == "large-v3"
 

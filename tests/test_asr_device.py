@@ -10,12 +10,14 @@ import types
 import pytest
 
 from cs3_tasks import asr
+from cs3_tasks.asr import device as asr_device_module
+from cs3_tasks.asr import runners as asr_runners
 
 
 @pytest.fixture
 def gpus(monkeypatch):
     def set_count(n: int) -> None:
-        monkeypatch.setattr(asr, "_cuda_device_count", lambda: n)
+        monkeypatch.setattr(asr_device_module, "_cuda_device_count", lambda: n)
 
     monkeypatch.delenv(asr.DEVICE_ENV, raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
@@ -52,11 +54,11 @@ def test_faster_whisper_gets_device_index_compute_type_and_thread_share(gpus, mo
     model = types.SimpleNamespace(feature_extractor=lambda audio: audio)
     fake.WhisperModel = lambda name, **kwargs: made.append((name, kwargs)) or model
     monkeypatch.setitem(sys.modules, "faster_whisper", fake)
-    monkeypatch.setattr(asr, "_RUNNERS", {})
+    monkeypatch.setattr(asr_runners, "_RUNNERS", {})
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    asr._load_runner("faster-whisper", "m", "cuda:1")
-    asr._load_runner("faster-whisper", "m", "cpu")
+    asr_runners.cached_runner("faster-whisper", "m", "cuda:1")
+    asr_runners.cached_runner("faster-whisper", "m", "cpu")
     assert made[0] == (
         "m",
         {

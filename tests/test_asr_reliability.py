@@ -16,6 +16,7 @@ import soundfile as sf
 
 from cs3_tasks import asr
 from cs3_tasks.asr import Transcript, transcribe_batch
+from cs3_tasks.asr import transcribe as asr_transcribe
 from cs3_tasks.core.audio import SAMPLE_RATE, AudioError, load_audio
 
 
@@ -72,7 +73,9 @@ class _NeighbourRunner:
 @pytest.fixture
 def runner(monkeypatch):
     holder = {"runner": _NeighbourRunner()}
-    monkeypatch.setattr(asr, "_load_runner", lambda backend, model, device="cpu": holder["runner"])
+    monkeypatch.setattr(
+        asr_transcribe, "cached_runner", lambda backend, model, device="cpu": holder["runner"]
+    )
     return holder
 
 
@@ -112,14 +115,14 @@ def test_packed_results_are_a_function_of_the_set_of_clips(runner, monkeypatch):
 
 def test_packed_kill_loses_at_most_the_group_in_flight_and_resumes_to_the_cold_result(runner, monkeypatch):
     monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")
-    clips = [_clip(i) for i in range(2 * asr._MEMORY_CHUNK + 5)]  # three packing groups
+    clips = [_clip(i) for i in range(2 * asr.MEMORY_CHUNK + 5)]  # three packing groups
     cold = transcribe_batch(clips, model="m", progress=False, use_cache=False)
     runner["runner"] = _NeighbourRunner(kill_after=1)  # killed while packing the second group
     with pytest.raises(_Killed):
         transcribe_batch(clips, model="m", progress=False)
     runner["runner"] = _NeighbourRunner()
     assert transcribe_batch(clips, model="m", progress=False) == cold
-    assert runner["runner"].packed_clips == len(clips) - asr._MEMORY_CHUNK  # the first group was kept
+    assert runner["runner"].packed_clips == len(clips) - asr.MEMORY_CHUNK  # the first group was kept
 
 
 def test_a_kill_during_asr_keeps_every_finished_batch(runner):
@@ -164,7 +167,7 @@ def test_a_one_frame_clip_is_too_short_to_transcribe(tmp_path, runner):
 
 
 def test_long_audio_is_cut_with_a_note(runner, monkeypatch):
-    monkeypatch.setattr(asr, "DECODING", asr.DecodingOptions(max_audio_seconds=40.0))
+    monkeypatch.setattr(asr_transcribe, "DECODING", asr.DecodingOptions(max_audio_seconds=40.0))
     seen = []
     runner["runner"].transcribe = lambda audio, language: seen.append(len(audio)) or ("long", "zh")
     (out,) = transcribe_batch([_clip(4, 50 * SAMPLE_RATE)], model="m", progress=False)
@@ -239,7 +242,7 @@ class _BatchCapRunner:
 
 
 def test_batched_transcript_does_not_depend_on_the_batch_neighbours(monkeypatch):
-    monkeypatch.setattr(asr, "_load_runner", lambda backend, model, device: _BatchCapRunner())
+    monkeypatch.setattr(asr_transcribe, "cached_runner", lambda backend, model, device: _BatchCapRunner())
     short, long = _clip(1, 16_000), _clip(2, 5 * 16_000)
     alone = transcribe_batch([short], use_cache=False, progress=False)
     beside = transcribe_batch([short, long], use_cache=False, progress=False)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from cs3_tasks import asr
+from cs3_tasks.asr import runners as asr_runners
 from cs3_tasks.asr import transcribe_batch
 from cs3_tasks.core.audio import SAMPLE_RATE
 
@@ -123,7 +124,7 @@ def test_transformers_backend_runs_a_tiny_local_checkpoint(tiny_whisper):
 
 
 def test_transformers_backend_uses_the_authors_settings(tiny_whisper, monkeypatch):
-    runner = asr._load_runner("transformers", tiny_whisper)
+    runner = asr_runners.cached_runner("transformers", tiny_whisper)
     assert (
         runner.dtype == torch.float32 and runner.pipe.model.dtype == torch.float32
     )  # CPU: fp32 (CUDA: fp16)

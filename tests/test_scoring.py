@@ -15,10 +15,12 @@ import numpy as np
 import pytest
 
 from cs3_tasks.asr import Transcript
+from cs3_tasks.cli import score as score_cli
 from cs3_tasks.core import data
 from cs3_tasks.core.audio import write_wav
 from cs3_tasks.judge import JudgeConfig, Verdict
 from cs3_tasks.scoring import pipeline as scoring
+from cs3_tasks.scoring import store as scoring_store
 from cs3_tasks.scoring.outputs import ModelOutput, read_outputs
 from cs3_tasks.scoring.summary import compare_cs_en, summarize, summary_markdown
 
@@ -399,7 +401,7 @@ def _args(
     outputs: Path, out: Path, dataset: Path, set_name: str = "knowledge", **extra
 ) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    scoring.add_arguments(parser)
+    score_cli.add_arguments(parser)
     argv = [
         "--outputs",
         str(outputs),
@@ -455,7 +457,7 @@ def test_cli_writes_records_summary_and_markdown(tmp_path, fakes):
     asr, _judge = fakes
     outputs, dataset = _cli_fixture(tmp_path, asr)
     out = tmp_path / "result"
-    assert scoring.run(_args(outputs, out, dataset)) == 0
+    assert score_cli.run(_args(outputs, out, dataset)) == 0
     records = [json.loads(line) for line in (out / "knowledge.records.jsonl").read_text().splitlines()]
     assert [r["qid"] for r in records] == [f"k-{i:03d}" for i in range(6)] + ["k-999"]
     summary = json.loads((out / "knowledge.summary.json").read_text())
@@ -487,7 +489,7 @@ def test_cli_cs_vs_en_does_not_depend_on_which_set_is_scored_first(tmp_path, fak
     datasets = {"knowledge": cs_dataset, "knowledge_en": en_dataset}
     second = "knowledge_en" if first == "knowledge" else "knowledge"
     for set_name in (first, second):
-        assert scoring.run(_args(outputs, out, datasets[set_name], set_name=set_name, no_judge=True)) == 0
+        assert score_cli.run(_args(outputs, out, datasets[set_name], set_name=set_name, no_judge=True)) == 0
     cs = json.loads((out / "knowledge.summary.json").read_text())
     en = json.loads((out / "knowledge_en.summary.json").read_text())
     assert cs["cs_vs_en"] == en["cs_vs_en"] == compare_cs_en(cs, en)
@@ -503,8 +505,8 @@ def test_cli_resumes_after_a_kill_without_recomputing(tmp_path, fakes, monkeypat
     outputs, dataset = _cli_fixture(tmp_path, asr)
     out = tmp_path / "result"
     with pytest.raises(KeyboardInterrupt):
-        scoring.run(_args(outputs, out, dataset))
-    saved = scoring.read_records(out / "knowledge.records.jsonl")
+        score_cli.run(_args(outputs, out, dataset))
+    saved = scoring_store.read_records(out / "knowledge.records.jsonl")
     # the unknown Qid and the first speech chunk (2 items) are final and saved
     assert {"k-999", "k-000", "k-001"} <= set(saved)
     assert len(saved) < 7
@@ -515,7 +517,7 @@ def test_cli_resumes_after_a_kill_without_recomputing(tmp_path, fakes, monkeypat
     second = FakeJudge()
     monkeypatch.setattr("cs3_tasks.judge.judge_knowledge", second.knowledge)
     asr.calls.clear()
-    assert scoring.run(_args(outputs, out, dataset)) == 0
+    assert score_cli.run(_args(outputs, out, dataset)) == 0
     rescored = {i.qid for i in second.items}
     assert rescored.isdisjoint(saved) and rescored == {f"k-{i:03d}" for i in range(6)} - set(saved)
     assert asr.n_items == len(rescored)
@@ -526,7 +528,7 @@ def test_cli_resumes_after_a_kill_without_recomputing(tmp_path, fakes, monkeypat
     third = FakeJudge()
     monkeypatch.setattr("cs3_tasks.judge.judge_knowledge", third.knowledge)
     asr.calls.clear()
-    assert scoring.run(_args(outputs, out, dataset)) == 0
+    assert score_cli.run(_args(outputs, out, dataset)) == 0
     assert third.calls == 0 and asr.calls == []
 
 
@@ -536,13 +538,13 @@ def test_cli_retries_judge_and_asr_errors_only(tmp_path, fakes, monkeypatch):
     asr.transcripts["k-001.wav"] = "BROKEN"  # speech judge error on k-001
     (outputs / "wav" / "k-002.wav").write_bytes(b"garbage")  # ASR error on k-002
     out = tmp_path / "result"
-    assert scoring.run(_args(outputs, out, dataset)) == 0
+    assert score_cli.run(_args(outputs, out, dataset)) == 0
     summary = json.loads((out / "knowledge.summary.json").read_text())
     assert summary["speech"]["n_judge_error"] == 1 and summary["n_asr_error"] == 1
     retry = FakeJudge()
     monkeypatch.setattr("cs3_tasks.judge.judge_knowledge", retry.knowledge)
     asr.calls.clear()
-    assert scoring.run(_args(outputs, out, dataset)) == 0
+    assert score_cli.run(_args(outputs, out, dataset)) == 0
     assert {i.qid for i in retry.items} == {"k-001"}
     assert sorted(asr.calls[0]) == ["k-001.wav", "k-002.wav"]
 
@@ -551,10 +553,10 @@ def test_cli_refuses_to_mix_settings(tmp_path, fakes, capsys):
     asr, _ = fakes
     outputs, dataset = _cli_fixture(tmp_path, asr)
     out = tmp_path / "result"
-    assert scoring.run(_args(outputs, out, dataset)) == 0
-    assert scoring.run(_args(outputs, out, dataset, no_judge=True)) == 2
+    assert score_cli.run(_args(outputs, out, dataset)) == 0
+    assert score_cli.run(_args(outputs, out, dataset, no_judge=True)) == 2
     assert "--restart" in capsys.readouterr().err
-    assert scoring.run(_args(outputs, out, dataset, no_judge=True, restart=True)) == 0
+    assert score_cli.run(_args(outputs, out, dataset, no_judge=True, restart=True)) == 0
     summary = json.loads((out / "knowledge.summary.json").read_text())
     assert summary["text"]["n_unresolved"] == 3 and summary["settings"]["judge"] is None
 
@@ -572,7 +574,7 @@ def test_cli_with_judge_server_excludes_errors_then_retries_them_from_cache(tmp_
     out = tmp_path / "result"
     with FakeJudgeServer(by_keyword(rules, default="错误 不一致")) as server:
         args = _args(outputs, out, dataset, judge_base_url=server.base_url)
-        assert scoring.run(args) == 0
+        assert score_cli.run(args) == 0
         # text: 3 keyword hits + 3 judged; speech: 6 judged (k-001 answered HTTP 400 -> judge_error)
         assert server.request_count == 9
         summary = json.loads((out / "knowledge.summary.json").read_text())
@@ -581,20 +583,20 @@ def test_cli_with_judge_server_excludes_errors_then_retries_them_from_cache(tmp_
         )
         assert summary["speech"]["n_judge_error"] == 1 and summary["speech"]["accuracy"]["n"] == 5
         assert summary["speech"]["accuracy"]["value"] == 1.0  # "RIGHT spoken i" -> 正确
-        record = scoring.read_records(out / "knowledge.records.jsonl")["k-001"]
+        record = scoring_store.read_records(out / "knowledge.records.jsonl")["k-001"]
         assert record["speech_status"] == "judge_error" and "judge_error" in record["speech_judge_error"]
 
         # re-run with a healthy judge: only the failed request is sent again (the rest: records + cache)
         server.handler = by_keyword({"RIGHT": "正确 与答案一致"}, default="错误 不一致")
         server.reset()
-        assert scoring.run(args) == 0
+        assert score_cli.run(args) == 0
         assert server.request_count == 1 and "BROKEN spoken" in server.requests[0].prompt
-        record = scoring.read_records(out / "knowledge.records.jsonl")["k-001"]
+        record = scoring_store.read_records(out / "knowledge.records.jsonl")["k-001"]
         assert (record["speech_status"], record["speech_correct"]) == ("judge_wrong", False)
 
         # --restart: records are rebuilt from the caches, no judge request at all
         server.reset()
-        assert scoring.run(_args(outputs, out, dataset, judge_base_url=server.base_url, restart=True)) == 0
+        assert score_cli.run(_args(outputs, out, dataset, judge_base_url=server.base_url, restart=True)) == 0
         assert server.request_count == 0
 
 
@@ -603,7 +605,7 @@ def test_cli_judge_config_error_is_a_clean_exit(tmp_path, fakes, capsys, monkeyp
     asr, _ = fakes
     outputs, dataset = _cli_fixture(tmp_path, asr)
     parser = argparse.ArgumentParser()
-    scoring.add_arguments(parser)
+    score_cli.add_arguments(parser)
     args = parser.parse_args(
         [
             "--outputs",
@@ -618,7 +620,7 @@ def test_cli_judge_config_error_is_a_clean_exit(tmp_path, fakes, capsys, monkeyp
             "fake",
         ]
     )
-    assert scoring.run(args) == 2
+    assert score_cli.run(args) == 2
     assert "DASHSCOPE_API_KEY" in capsys.readouterr().err and asr.calls == []
 
 
@@ -642,7 +644,6 @@ def offline_asr_model(monkeypatch):
 def test_end_to_end_real_asr_bad_inputs_and_cached_rerun(tmp_path, offline_asr_model, monkeypatch):
     import shutil
 
-    from cs3_tasks import asr
     from cs3_tasks.build import tts
 
     if shutil.which(tts.ESPEAK_BINARY) is None:
@@ -671,7 +672,7 @@ def test_end_to_end_real_asr_bad_inputs_and_cached_rerun(tmp_path, offline_asr_m
 
     def args(*extra: str) -> argparse.Namespace:
         parser = argparse.ArgumentParser()
-        scoring.add_arguments(parser)
+        score_cli.add_arguments(parser)
         return parser.parse_args(
             [
                 "--outputs",
@@ -693,8 +694,8 @@ def test_end_to_end_real_asr_bad_inputs_and_cached_rerun(tmp_path, offline_asr_m
         )
 
     # 4 of 6 items have no speech response: everything is written, and the exit code says incomplete
-    assert scoring.run(args()) == 3
-    by = scoring.read_records(out / "knowledge.records.jsonl")
+    assert score_cli.run(args()) == 3
+    by = scoring_store.read_records(out / "knowledge.records.jsonl")
     assert set(by) == {f"k-{i:03d}" for i in range(6)}
     assert "salt lake city" in by["k-000"]["transcript"].lower()
     assert by["k-000"]["asr_language"] == "en" and by["k-000"]["speech_status"] == "keyword"
@@ -717,12 +718,12 @@ def test_end_to_end_real_asr_bad_inputs_and_cached_rerun(tmp_path, offline_asr_m
     def no_model(*a, **k):
         raise AssertionError("the ASR model was loaded although every transcript is cached")
 
-    monkeypatch.setattr(asr, "_load_runner", no_model)
-    first = scoring.read_records(out / "knowledge.records.jsonl")
+    monkeypatch.setattr("cs3_tasks.asr.transcribe.cached_runner", no_model)
+    first = scoring_store.read_records(out / "knowledge.records.jsonl")
     for qid in ("k-002", "k-003"):  # failed items are never cached; drop them to isolate the cache check
         (outputs / "wav" / f"{qid}.wav").unlink()
-    assert scoring.run(args("--restart")) == 3
-    again = scoring.read_records(out / "knowledge.records.jsonl")
+    assert score_cli.run(args("--restart")) == 3
+    again = scoring_store.read_records(out / "knowledge.records.jsonl")
     assert [again[q]["transcript"] for q in ("k-000", "k-001")] == [
         first[q]["transcript"] for q in ("k-000", "k-001")
     ]
@@ -731,11 +732,11 @@ def test_end_to_end_real_asr_bad_inputs_and_cached_rerun(tmp_path, offline_asr_m
 def test_cli_without_outputs_or_dataset_is_a_clean_error(tmp_path, fakes, capsys):
     asr, _ = fakes
     outputs, dataset = _cli_fixture(tmp_path, asr)
-    assert scoring.run(_args(tmp_path / "nowhere", tmp_path / "r", dataset)) == 2
+    assert score_cli.run(_args(tmp_path / "nowhere", tmp_path / "r", dataset)) == 2
     assert "no outputs for set 'knowledge'" in capsys.readouterr().err
     bad = tmp_path / "bad.json"
     bad.write_text('{"not": "a list"}', encoding="utf-8")
-    assert scoring.run(_args(outputs, tmp_path / "r", bad)) == 2
+    assert score_cli.run(_args(outputs, tmp_path / "r", bad)) == 2
     assert "expected a JSON list" in capsys.readouterr().err
     assert not (tmp_path / "r").exists() and asr.calls == []
 

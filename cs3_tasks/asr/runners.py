@@ -1,0 +1,64 @@
+"""What a loaded ASR model offers (Runner protocols), and the models loaded once per process."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from cs3_tasks.asr.config import check_backend, default_backend, default_model
+from cs3_tasks.asr.device import asr_device
+from cs3_tasks.asr.faster_whisper import FasterWhisperRunner
+from cs3_tasks.asr.openai_whisper import OpenAIWhisperRunner
+from cs3_tasks.asr.transformers_whisper import TransformersWhisperRunner
+
+
+@runtime_checkable
+class Runner(Protocol):
+    """A loaded ASR model: one clip (16 kHz samples) -> (text, detected language)."""
+
+    def transcribe(self, audio, language: str | None) -> tuple[str, str | None]: ...
+
+
+@runtime_checkable
+class BatchRunner(Runner, Protocol):
+    """A Runner that also decodes clips of at most one Whisper window together, one result per clip."""
+
+    def transcribe_many(self, audios: Sequence, language: str | None) -> list[tuple[str, str | None]]: ...
+
+
+@runtime_checkable
+class PackingRunner(BatchRunner, Protocol):
+    """A BatchRunner that also packs short clips into shared windows; None for each clip it leaves to the
+    caller (decoded by ``transcribe_many`` instead)."""
+
+    def transcribe_packed(
+        self, audios: Sequence, language: str | None
+    ) -> list[tuple[str, str | None] | None]: ...
+
+
+_RUNNERS: dict[tuple[str, str, str, str], Runner] = {}
+_RUNNERS_LOCK = threading.Lock()
+
+
+def load_runner(backend: str | None = None, model: str | None = None, device: str | None = None) -> Runner:
+    """The loaded model (once per process) that ``transcribe_batch`` would use, for direct calls."""
+    backend = backend or default_backend()
+    check_backend(backend)
+    return cached_runner(backend, model or default_model(backend), asr_device(device))
+
+
+def cached_runner(backend: str, model_name: str, device: str = "cpu") -> Runner:
+    if backend == "faster-whisper":
+        compute_type = "int8" if device == "cpu" else "float16"  # int8 on CPU: ~2x faster than float32
+        key = (backend, model_name, device, compute_type)
+        with _RUNNERS_LOCK:
+            if key not in _RUNNERS:
+                _RUNNERS[key] = FasterWhisperRunner(model_name, device, compute_type)
+            return _RUNNERS[key]
+    key = (backend, model_name, device, "fp32" if device == "cpu" else "fp16")
+    runner_class = TransformersWhisperRunner if backend == "transformers" else OpenAIWhisperRunner
+    with _RUNNERS_LOCK:
+        if key not in _RUNNERS:
+            _RUNNERS[key] = runner_class(model_name, device)
+        return _RUNNERS[key]
