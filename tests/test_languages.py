@@ -9,7 +9,6 @@ import pytest
 
 from cs3_tasks.core import metrics, text
 from cs3_tasks.core.languages import (
-    SCRIPTS,
     LanguagePair,
     LanguagePairError,
     available_pairs,
@@ -17,6 +16,7 @@ from cs3_tasks.core.languages import (
     load_pair,
     pair_from_dict,
 )
+from cs3_tasks.core.scripts import SCRIPTS
 
 JA_EN = {
     "name": "ja-en",

@@ -34,24 +34,12 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from cs3_tasks.core.text import CJK_CLASS
+from cs3_tasks.core.scripts import SCRIPTS
 
 PAIRS_ENV = "CS3_LANGUAGE_PAIRS"  # extra folders of pair YAML files, os.pathsep-separated
 DEFAULT_PAIR = "zh-en"
 PAIR_DIR = Path(__file__).resolve().parent / "language_pairs"
 
-# Named scripts (regex character-class bodies). A pair may instead give its own class in `script_class`.
-SCRIPTS: dict[str, str] = {
-    "han": CJK_CLASS,  # Han ideographs (cs3_tasks.core.text, where the Mandarin normaliser uses it)
-    # Hangul syllables, jamo and compatibility jamo.
-    "hangul": "\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f\ua960-\ua97f\ud7b0-\ud7ff",
-    # Hiragana, katakana (incl. the prolonged sound mark) and Han: written Japanese.
-    "japanese": "\u3041-\u309f\u30a1-\u30fa\u30fc-\u30ff\u31f0-\u31ff" + CJK_CLASS,
-    "devanagari": "\u0900-\u097f\ua8e0-\ua8ff",
-    "cyrillic": "\u0400-\u04ff",
-    "arabic": "\u0600-\u06ff\u0750-\u077f",
-    "thai": "\u0e00-\u0e7f",
-}
 TOKENIZATIONS = ("char", "word")
 MATRIX_NORMALIZERS = ("t2s",)  # applied after NFKC; "t2s" = OpenCC traditional -> simplified
 EMBEDDED_NORMALIZERS = ("whisper_english", "whisper_basic")

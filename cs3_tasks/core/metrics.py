@@ -23,10 +23,10 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from cs3_tasks.core.languages import LanguagePair, load_pair
 from cs3_tasks.core.text import (
     dominant_language,
     english_words,
@@ -37,9 +37,6 @@ from cs3_tasks.core.text import (
     response_language,
     split_middle_dot,
 )
-
-if TYPE_CHECKING:  # pragma: no cover
-    from cs3_tasks.core.languages import LanguagePair
 
 # Language-dependent metrics take an optional `pair` (a LanguagePair or its name); None = CS3's zh-en.
 
@@ -235,8 +232,6 @@ def _check_expected(expected: str, pair: LanguagePair | str | None) -> None:
     if pair is None:
         languages = LANGUAGES
     else:
-        from cs3_tasks.core.languages import load_pair
-
         languages = load_pair(pair).languages
     if expected not in languages:
         raise ValueError(f"expected language must be one of {languages}, got {expected!r}")

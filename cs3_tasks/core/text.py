@@ -40,14 +40,12 @@ import unicodedata
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
+from cs3_tasks.core.english_normalizer import basic_normalizer, english_normalizer
+from cs3_tasks.core.languages import LanguagePair, default_pair, load_pair
+from cs3_tasks.core.scripts import CJK_CLASS
+
 if TYPE_CHECKING:  # pragma: no cover
     import opencc
-
-    from cs3_tasks.core.languages import LanguagePair
-
-# Han ideographs: 〇, Extension A, URO, compatibility ideographs, and the supplementary planes (Ext. B-H,
-# compatibility supplement). Kangxi radicals need no range: NFKC maps them to URO ideographs.
-CJK_CLASS = "\u3007\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003ffff"
 _CJK_CHAR = re.compile(f"[{CJK_CLASS}]")
 _CJK_RUN = re.compile(f"([{CJK_CLASS}]+)")
 # Whitespace next to a CJK character carries no meaning in Chinese (ASR inserts it at random).
@@ -76,10 +74,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\uff07": "'", "`": "'"})
 
 _converter: opencc.OpenCC | None = None
-_basic_normalizer = None
 _converter_lock = threading.Lock()
-_en_normalizer = None
-_en_normalizer_lock = threading.Lock()
 
 
 def _opencc() -> opencc.OpenCC:
@@ -92,18 +87,6 @@ def _opencc() -> opencc.OpenCC:
 
                 _converter = opencc.OpenCC("t2s")
     return _converter
-
-
-def _whisper_normalizer():
-    """The process-wide Whisper EnglishTextNormalizer (importing whisper pulls in torch: do it lazily)."""
-    global _en_normalizer
-    if _en_normalizer is None:
-        with _en_normalizer_lock:
-            if _en_normalizer is None:
-                from whisper.normalizers import EnglishTextNormalizer
-
-                _en_normalizer = EnglishTextNormalizer()
-    return _en_normalizer
 
 
 class _PairSpec:
@@ -136,15 +119,11 @@ def _spec(pair: LanguagePair | str | None) -> _PairSpec:
     global _DEFAULT_SPEC
     if pair is None:
         if _DEFAULT_SPEC is None:
-            from cs3_tasks.core.languages import default_pair
-
             spec = _PairSpec(default_pair())
             with _specs_lock:
                 _DEFAULT_SPEC = spec
         return _DEFAULT_SPEC
     if isinstance(pair, str):
-        from cs3_tasks.core.languages import load_pair
-
         pair = load_pair(pair)
     key = (
         pair.matrix,
@@ -161,17 +140,6 @@ def _spec(pair: LanguagePair | str | None) -> _PairSpec:
         with _specs_lock:
             _SPECS[key] = spec
     return spec
-
-
-def _basic_whisper_normalizer():
-    global _basic_normalizer
-    if _basic_normalizer is None:
-        with _en_normalizer_lock:
-            if _basic_normalizer is None:
-                from whisper.normalizers import BasicTextNormalizer
-
-                _basic_normalizer = BasicTextNormalizer(remove_diacritics=True)
-    return _basic_normalizer
 
 
 def lone_surrogates(text: str) -> int:
@@ -256,9 +224,9 @@ def _normalize_en_span(span: str, normalizer: str = "whisper_english") -> str:
     span = _BRACKETS.sub(" ", span.translate(_APOSTROPHES))
     span = "".join(" " if unicodedata.category(c)[0] == "C" else c for c in span)  # controls, unassigned
     if normalizer == "whisper_basic":  # non-English embedded language: no English spelling/number rules
-        return _SPACES.sub(" ", _basic_whisper_normalizer()(span).lower()).strip()
+        return _SPACES.sub(" ", basic_normalizer()(span).lower()).strip()
     # Whisper's normaliser expands "can't" to "can not" but leaves "cannot": make the three one spelling
-    return _CANNOT.sub("can not", _SPACES.sub(" ", _whisper_normalizer()(span)).strip())
+    return _CANNOT.sub("can not", _SPACES.sub(" ", english_normalizer()(span)).strip())
 
 
 def normalize_en(text: str, pair: LanguagePair | str | None = None) -> str:
