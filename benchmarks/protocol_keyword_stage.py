@@ -176,6 +176,7 @@ def _end_to_end(inputs: list[tuple[str, str, list[dict], dict[str, str]]], scrip
 
     from cs3_tasks.judge import JudgeConfig
     from cs3_tasks.scoring import pipeline as scoring
+    from cs3_tasks.scoring import records as scoring_records
     from cs3_tasks.scoring import summary
     from cs3_tasks.scoring.outputs import ModelOutput
 
@@ -187,7 +188,7 @@ def _end_to_end(inputs: list[tuple[str, str, list[dict], dict[str, str]]], scrip
     with tempfile.TemporaryDirectory() as tmp, FakeJudgeServer(_scripted_judge(docs_by_set)) as server:
         for label, set_name, docs, responses in inputs:
             outputs = [ModelOutput(qid, response, None) for qid, response in responses.items()]
-            for protocol in scoring.PROTOCOLS:
+            for protocol in scoring_records.PROTOCOLS:
                 config = JudgeConfig(
                     base_url=server.base_url,
                     model="scripted-judge",

@@ -9,7 +9,7 @@ cached under --workdir. The judge is the loopback OpenAI-compatible fake of test
 fixed per-request latency. The same loaded Whisper model serves both pipelines (model loading is
 excluded from every timing).
 
-- ours, cold: `cs3-bench score` (scoring.run) with empty ASR and judge caches: text channel judged in
+- ours, cold: `cs3-bench score` (score_cli.run) with empty ASR and judge caches: text channel judged in
   the background while all speech is transcribed in one transcribe_batch call, then the speech channel
   judged concurrently (--concurrency requests in flight), records appended per item. Once per short-clip
   mode (cs3_tasks/asr/): "batched" (the default: one window per clip, batches of 8, transcripts
@@ -148,7 +148,7 @@ def run_ours(
     """(total seconds, seconds inside transcribe_batch) of one `cs3-bench score` run; ``mode``: the
     short-clip decoding (``--asr-short-clips``)."""
     from cs3_tasks import asr
-    from cs3_tasks.scoring import pipeline as scoring
+    from cs3_tasks.cli import score as score_cli
 
     in_asr = 0.0
     transcribe_batch = asr.transcribe_batch
@@ -162,7 +162,7 @@ def run_ours(
             in_asr += time.perf_counter() - t0
 
     parser = argparse.ArgumentParser()
-    scoring.add_arguments(parser)
+    score_cli.add_arguments(parser)
     args = parser.parse_args(
         [
             "--outputs",
@@ -194,14 +194,14 @@ def run_ours(
     stdout, sys.stdout = sys.stdout, devnull
     asr.transcribe_batch = timed
     try:
-        code = scoring.run(args)
+        code = score_cli.run(args)
     finally:
         asr.transcribe_batch = transcribe_batch
         sys.stdout = stdout
         devnull.close()
     elapsed = time.perf_counter() - start
     if code != 0:
-        raise SystemExit(f"scoring.run failed with exit code {code}")
+        raise SystemExit(f"score_cli.run failed with exit code {code}")
     return elapsed, in_asr
 
 

@@ -31,7 +31,7 @@ from cs3_tasks.task_configs import utils as cs3_utils
 from cs3_tasks.task_configs.run import RUN
 from lm_eval.api.filter import Filter
 
-from cs3_tasks.scoring.pipeline import CHANNELS
+from cs3_tasks.scoring.records import CHANNELS
 
 DOC_SET, DOC_PAIR = "cs3_set", "cs3_pair"
 

@@ -12,7 +12,7 @@ Flow of one task (e.g. ``cs3_knowledge``):
    Each
    filtered response is the per-item record as JSON: text, audio path, transcript, verdicts.
 4. ``process_results`` hands each metric a compact copy of the record; the ``agg_*`` aggregations call
-   ``cs3_tasks.scoring.pipeline.summarize`` over the task's records, so lm-eval reports exactly the numbers of
+   ``cs3_tasks.scoring.summary.summarize`` over the task's records, so lm-eval reports exactly the numbers of
    ``cs3-bench score``. A channel that does not apply (no speech from a text-only model) gives NaN.
 
 Run settings (``--metadata`` keys, all optional): ``protocol`` ("reference", the default: the authors'
@@ -37,7 +37,8 @@ from cs3_tasks.task_configs.run import RUN
 from lm_eval.api.filter import Filter
 
 from cs3_tasks.core.data import CATEGORIES, check_set
-from cs3_tasks.scoring.pipeline import CHANNELS
+from cs3_tasks.scoring.records import ASR_LANGUAGE_HINT, CHANNELS, DEFAULT_PROTOCOL, check_protocol
+from cs3_tasks.scoring.settings import protocol_asr, run_settings
 
 # ---------------------------------------------------------------------------------------------------------
 # dataset
@@ -237,11 +238,10 @@ def judge_config(settings: Mapping[str, Any]):
 def protocol(settings: Mapping[str, Any]) -> str:
     """The scoring protocol of a run (``protocol``, default reference). For a reference run with a judge,
     the authors' prompts are read here, so that a missing copy of their scripts fails at task load."""
-    from cs3_tasks.scoring import pipeline as scoring
     from cs3_tasks.scoring import reference
 
-    name = str(settings.get("protocol") or scoring.DEFAULT_PROTOCOL).strip().lower()
-    scoring.check_protocol(name)
+    name = str(settings.get("protocol") or DEFAULT_PROTOCOL).strip().lower()
+    check_protocol(name)
     if name == "reference" and judge_config(settings) is not None:
         reference.load_templates(settings.get("reference_scripts") or None)
     return name
@@ -251,7 +251,6 @@ def scoring_settings(settings: Mapping[str, Any], set_name: str) -> dict:
     """What ``cs3-bench score`` would record in ``<set>.settings.json`` for a run with these settings
     (protocol, ASR, judge, the authors' scripts), so that a summary says whether it is comparable to the
     paper (`summary.add_comparability`)."""
-    from cs3_tasks.scoring import pipeline as scoring
     from cs3_tasks.scoring import reference
 
     name = protocol(settings)
@@ -259,9 +258,7 @@ def scoring_settings(settings: Mapping[str, Any], set_name: str) -> dict:
     scripts = None
     if name == "reference" and judge is not None:  # protocol() has checked their templates already
         scripts = reference.find_reference_scripts(settings.get("reference_scripts") or None)
-    return scoring.run_settings(
-        asr_config(settings), scoring.ASR_LANGUAGE_HINT[set_name], judge, name, scripts
-    )
+    return run_settings(asr_config(settings), ASR_LANGUAGE_HINT[set_name], judge, name, scripts)
 
 
 def asr_config(settings: Mapping[str, Any]):
@@ -269,7 +266,6 @@ def asr_config(settings: Mapping[str, Any]):
     ``asr_device``); under the reference protocol with none chosen, Whisper-large-v3 through transformers
     where it can be loaded."""
     from cs3_tasks.asr import AsrConfig
-    from cs3_tasks.scoring import pipeline as scoring
 
     config = AsrConfig(
         backend=settings.get("asr_backend") or None,
@@ -277,7 +273,7 @@ def asr_config(settings: Mapping[str, Any]):
         short_clips=settings.get("asr_short_clips") or None,
         device=settings.get("asr_device") or None,
     )
-    return scoring.protocol_asr(config, str(settings.get("protocol") or scoring.DEFAULT_PROTOCOL))
+    return protocol_asr(config, str(settings.get("protocol") or DEFAULT_PROTOCOL))
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -15,9 +15,11 @@ import pytest
 from conftest import FakeASR
 from judge_server import Reply, by_keyword
 
+from cs3_tasks.cli import score as score_cli
 from cs3_tasks.report import leaderboard as report
-from cs3_tasks.scoring import pipeline as scoring
 from cs3_tasks.scoring import reference
+from cs3_tasks.scoring import settings as scoring_settings
+from cs3_tasks.scoring import store as scoring_store
 from cs3_tasks.scoring.outputs import read_outputs
 
 AUTHORS = Path(__file__).resolve().parents[2] / "shared" / "reference" / "vocalbench-zh"
@@ -102,7 +104,7 @@ def _args(
     outputs: Path, out: Path, dataset: Path, *extra: str, set_name: str = "knowledge"
 ) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    scoring.add_arguments(parser)
+    score_cli.add_arguments(parser)
     return parser.parse_args(
         [
             "--outputs",
@@ -146,8 +148,8 @@ def test_authors_array_layout_is_read(tmp_path):
 def test_array_file_no_longer_scores_nothing(tmp_path, asr):
     root = _outputs(tmp_path / "model")
     out = tmp_path / "r"
-    assert scoring.run(_args(root, out, _datasets(tmp_path)["knowledge"], "--no-judge")) == 0
-    records = scoring.read_records(out / "knowledge.records.jsonl")
+    assert score_cli.run(_args(root, out, _datasets(tmp_path)["knowledge"], "--no-judge")) == 0
+    records = scoring_store.read_records(out / "knowledge.records.jsonl")
     assert len(records) == 4 and records["k-000"]["text_status"] == "keyword"
     assert all(r["problem"] is None for r in records.values())
 
@@ -160,7 +162,9 @@ def test_reference_default_and_cs3_on_the_same_outputs(tmp_path, asr, judge_serv
     ref_out, cs3_out = tmp_path / "ref", tmp_path / "cs3"
     # the default protocol is reference
     assert (
-        scoring.run(_args(root, ref_out, dataset, "--reference-scripts", str(scripts), *_judge_args(server)))
+        score_cli.run(
+            _args(root, ref_out, dataset, "--reference-scripts", str(scripts), *_judge_args(server))
+        )
         == 0
     )
     settings = json.loads((ref_out / "knowledge.settings.json").read_text())
@@ -169,7 +173,7 @@ def test_reference_default_and_cs3_on_the_same_outputs(tmp_path, asr, judge_serv
     assert summary["protocol"] == "reference" and summary["complete"] is True
     assert summary["comparable_to_paper"]["speech"] is False
     assert any("not Whisper-large-v3" in note for note in summary["notes"])
-    records = scoring.read_records(ref_out / "knowledge.records.jsonl")
+    records = scoring_store.read_records(ref_out / "knowledge.records.jsonl")
     assert records["k-002"]["text_status"] == "judge_unparsed" and records["k-002"]["text_correct"] is False
     assert records["k-002"]["text_judge_asks"] == reference.MAX_ASKS
     assert summary["text"]["status_counts"]["judge_unparsed"] == 1
@@ -181,10 +185,10 @@ def test_reference_default_and_cs3_on_the_same_outputs(tmp_path, asr, judge_serv
     assert reference.build_prompt(templates, "knowledge", DOCS[1], "RIGHT 1") in sent
 
     server.reset()
-    assert scoring.run(_args(root, cs3_out, dataset, "--protocol", "cs3", *_judge_args(server))) == 0
+    assert score_cli.run(_args(root, cs3_out, dataset, "--protocol", "cs3", *_judge_args(server))) == 0
     cs3 = json.loads((cs3_out / "knowledge.summary.json").read_text())
     assert cs3["protocol"] == "cs3" and "complete" not in cs3
-    cs3_records = scoring.read_records(cs3_out / "knowledge.records.jsonl")
+    cs3_records = scoring_store.read_records(cs3_out / "knowledge.records.jsonl")
     assert {r["protocol"] for r in cs3_records.values()} == {"cs3"}
     assert cs3_records["k-002"]["text_status"] != "judge_unparsed"
     assert reference.build_prompt(templates, "knowledge", DOCS[1], "RIGHT 1") not in {
@@ -204,7 +208,7 @@ def test_reference_judge_errors_are_missing_with_bounds(tmp_path, asr, judge_ser
     args = _args(
         root, out, _datasets(tmp_path)["knowledge"], "--reference-scripts", str(scripts), *_judge_args(server)
     )
-    assert scoring.run(args) == 0
+    assert score_cli.run(args) == 0
     summary = json.loads((out / "knowledge.summary.json").read_text())
     accuracy = summary["text"]["accuracy"]
     assert summary["complete"] is False and accuracy["complete"] is False
@@ -226,12 +230,12 @@ def test_offline_without_scripts_is_a_clear_error_before_any_work(tmp_path, asr,
         "--judge-model",
         "fake",
     )
-    assert scoring.run(args) == 2
+    assert score_cli.run(args) == 2
     err = capsys.readouterr().err
     assert "--reference-scripts" in err and reference.SCRIPTS_ENV in err and "--protocol cs3" in err
     assert asr.calls == [] and not (tmp_path / "r").exists()
     # the keyword stage needs no scripts
-    assert scoring.run(_args(root, tmp_path / "r2", _datasets(tmp_path)["knowledge"], "--no-judge")) == 0
+    assert score_cli.run(_args(root, tmp_path / "r2", _datasets(tmp_path)["knowledge"], "--no-judge")) == 0
 
 
 def test_set_all_scores_every_set_and_compares_cs_en(tmp_path, asr):
@@ -242,7 +246,7 @@ def test_set_all_scores_every_set_and_compares_cs_en(tmp_path, asr):
     folder.mkdir()
     for path in datasets.values():
         path.rename(folder / path.name)
-    assert scoring.run(_args(root, out, folder, "--no-judge", set_name="all")) == 0
+    assert score_cli.run(_args(root, out, folder, "--no-judge", set_name="all")) == 0
     for name in ("knowledge", "knowledge_en"):
         summary = json.loads((out / f"{name}.summary.json").read_text())
         assert summary["cs_vs_en"]["text"]["acc_cs"] == 0.25 and summary["cs_vs_en"]["text"]["acc_en"] == 0.5
@@ -253,9 +257,9 @@ def test_use_given_transcripts_replaces_the_asr(tmp_path, asr):
     root = _outputs(tmp_path / "model")
     out = tmp_path / "r"
     dataset = _datasets(tmp_path)["knowledge"]
-    assert scoring.run(_args(root, out, dataset, "--no-judge", "--use-given-transcripts")) == 0
+    assert score_cli.run(_args(root, out, dataset, "--no-judge", "--use-given-transcripts")) == 0
     assert asr.calls == []
-    records = scoring.read_records(out / "knowledge.records.jsonl")
+    records = scoring_store.read_records(out / "knowledge.records.jsonl")
     assert [records[q]["transcript"] for q in sorted(records)] == ["答案0", "答案1", "答案2", "答案3"]
     assert all(r["speech_status"] == "keyword" for r in records.values())
     settings = json.loads((out / "knowledge.settings.json").read_text())
@@ -302,11 +306,11 @@ def test_reference_default_asr_is_large_v3_where_it_can_be_loaded(monkeypatch):
     monkeypatch.delenv("CS3_ASR_MODEL", raising=False)
     monkeypatch.delenv("CS3_ASR_BACKEND", raising=False)
     monkeypatch.setattr(reference, "reference_asr_available", lambda: True)
-    config = scoring.protocol_asr(AsrConfig(), "reference")
+    config = scoring_settings.protocol_asr(AsrConfig(), "reference")
     assert (config.backend, config.model) == ("transformers", "openai/whisper-large-v3")
     assert reference.is_reference_asr(config.backend, config.model)
-    assert scoring.protocol_asr(AsrConfig(), "cs3") == AsrConfig()
-    assert scoring.protocol_asr(AsrConfig(model="tiny"), "reference") == AsrConfig(model="tiny")
-    assert scoring.protocol_asr(AsrConfig(), "reference", chosen=True) == AsrConfig()
+    assert scoring_settings.protocol_asr(AsrConfig(), "cs3") == AsrConfig()
+    assert scoring_settings.protocol_asr(AsrConfig(model="tiny"), "reference") == AsrConfig(model="tiny")
+    assert scoring_settings.protocol_asr(AsrConfig(), "reference", chosen=True) == AsrConfig()
     monkeypatch.setattr(reference, "reference_asr_available", lambda: False)  # not cached: our default
-    assert scoring.protocol_asr(AsrConfig(), "reference") == AsrConfig()
+    assert scoring_settings.protocol_asr(AsrConfig(), "reference") == AsrConfig()

@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from cs3_tasks.cli import score as score_cli
 from cs3_tasks.scoring import pipeline as scoring
+from cs3_tasks.scoring import records as scoring_records
+from cs3_tasks.scoring import store as scoring_store
 
 try:  # tests/ is on sys.path under pytest's default import mode
     from test_scoring import FakeASR, FakeJudge, _args, _cli_fixture
@@ -32,7 +35,7 @@ def fakes(monkeypatch):
 
 
 def _records(out: Path, set_name: str = "knowledge") -> dict[str, dict]:
-    return scoring.read_records(out / f"{set_name}.records.jsonl")
+    return scoring_store.read_records(out / f"{set_name}.records.jsonl")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -49,7 +52,7 @@ def test_lone_surrogate_in_a_response_is_a_per_item_problem(tmp_path, fakes):
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     out = tmp_path / "result"
     for _ in range(2):  # the re-run reads the records written by the first run
-        assert scoring.run(_args(outputs, out, dataset)) == 0
+        assert score_cli.run(_args(outputs, out, dataset)) == 0
         records = _records(out)
         scored = [r for q, r in records.items() if q != "k-999"]
         assert len(records) == 7 and all(r["text_status"] != "missing" for r in scored)
@@ -99,7 +102,7 @@ def test_settings_and_summary_never_hold_url_credentials(tmp_path, fakes):
     args = _args(
         outputs, out, dataset, judge_base_url="http://user:s3cretpw@127.0.0.1:9/v1?api-key=k3yk3y&v=1"
     )
-    assert scoring.run(args) == 0
+    assert score_cli.run(args) == 0
     for name in ("knowledge.settings.json", "knowledge.summary.json", "knowledge.summary.md"):
         written = (out / name).read_text(encoding="utf-8")
         assert "s3cretpw" not in written and "k3yk3y" not in written, name
@@ -123,7 +126,7 @@ def test_a_gbk_line_is_a_per_item_problem_naming_file_line_and_encoding(tmp_path
     asr, _ = fakes
     outputs, dataset = _gbk_fixture(tmp_path, asr, gbk_lines={0})  # k-000: "答案0" in GBK
     out = tmp_path / "result"
-    assert scoring.run(_args(outputs, out, dataset)) == 0
+    assert score_cli.run(_args(outputs, out, dataset)) == 0
     records = _records(out)
     record = records["k-000"]
     assert "knowledge.json line 1 is not UTF-8" in record["problem"]
@@ -136,7 +139,7 @@ def test_a_gbk_file_is_a_clear_error_not_a_score(tmp_path, fakes, capsys):
     asr, _ = fakes
     outputs, dataset = _gbk_fixture(tmp_path, asr, gbk_lines=set(range(7)))
     out = tmp_path / "result"
-    assert scoring.run(_args(outputs, out, dataset)) == 2
+    assert score_cli.run(_args(outputs, out, dataset)) == 2
     err = capsys.readouterr().err
     assert "knowledge.json" in err and "not UTF-8" in err and "GBK" in err and "expected UTF-8" in err
     assert not (out / "knowledge.summary.json").exists()
@@ -154,7 +157,7 @@ def test_judge_errors_give_bounds_not_a_bare_rate(tmp_path, fakes):
     # speech: 6 judged, k-001 and k-003 break (judge_error); the rest RIGHT
     asr.transcripts.update({"k-001.wav": "BROKEN", "k-003.wav": "BROKEN"})
     out = tmp_path / "result"
-    assert scoring.run(_args(outputs, out, dataset)) == 0
+    assert score_cli.run(_args(outputs, out, dataset)) == 0
     summary = json.loads((out / "knowledge.summary.json").read_text(encoding="utf-8"))
     speech = summary["speech"]["accuracy"]
     assert speech["value"] == 1.0 and speech["complete"] is False and speech["n_missing_verdict"] == 2
@@ -172,7 +175,7 @@ def test_open_ended_judge_errors_give_bounds():
 
     records = []
     for i, relevance in enumerate([5, 4, None, None]):
-        record = scoring.blank_record("open_ended", f"o-{i}", None, None)
+        record = scoring_records.blank_record("open_ended", f"o-{i}", None, None)
         record.update(text="answer", text_relevance=relevance, text_semantic=relevance)
         if relevance is None:
             record["text_relevance_error"] = record["text_semantic_error"] = "judge_error: timeout"
@@ -196,7 +199,7 @@ def test_judge_401_stops_the_run_with_a_clear_message(tmp_path, capsys, monkeypa
     outputs, dataset = _cli_fixture(tmp_path, asr)
     out = tmp_path / "result"
     with FakeJudgeServer(constant(Reply.error(401, "invalid api key"))) as server:
-        assert scoring.run(_args(outputs, out, dataset, judge_base_url=server.base_url)) == 2
+        assert score_cli.run(_args(outputs, out, dataset, judge_base_url=server.base_url)) == 2
         # the first refusal stops the run: not one request per item (9 judged items here)
         assert server.request_count < 9
     err = capsys.readouterr().err
@@ -211,7 +214,7 @@ def test_run_with_mostly_failed_judge_calls_exits_3_after_writing_everything(tmp
     path.write_text(path.read_text(encoding="utf-8").replace("RIGHT", "BROKEN"), encoding="utf-8")
     asr.transcripts.update({f"k-{i:03d}.wav": "BROKEN" for i in range(6)})
     out = tmp_path / "result"
-    assert scoring.run(_args(outputs, out, dataset)) == 3  # 9 of 9 judge calls failed
+    assert score_cli.run(_args(outputs, out, dataset)) == 3  # 9 of 9 judge calls failed
     assert len(_records(out)) == 7
     summary = json.loads((out / "knowledge.summary.json").read_text(encoding="utf-8"))
     assert summary["speech"]["accuracy"]["bounds"] == [0.0, 1.0]
@@ -219,7 +222,7 @@ def test_run_with_mostly_failed_judge_calls_exits_3_after_writing_everything(tmp
 
 def _knowledge_record(qid: str, correct: bool | None, protocol: str = "cs3") -> dict:
     """A scored text-channel record: correct True/False, or None for an item with no output."""
-    record = scoring.blank_record("knowledge", qid, "Acoustic", None, protocol)
+    record = scoring_records.blank_record("knowledge", qid, "Acoustic", None, protocol)
     if correct is not None:
         record.update(text="answer", text_status="keyword" if correct else "unresolved", text_correct=correct)
     else:
@@ -252,7 +255,7 @@ def test_open_ended_items_without_output_widen_the_bounds_only_when_judged():
     def records(judged: bool) -> list[dict]:
         out = []
         for i, relevance in enumerate([5, 4, None]):
-            record = scoring.blank_record("open_ended", f"o-{i}", None, None)
+            record = scoring_records.blank_record("open_ended", f"o-{i}", None, None)
             if relevance is not None:
                 record["text"] = "answer"
                 if judged:
@@ -274,13 +277,13 @@ def test_run_whose_items_mostly_have_no_output_exits_3_after_writing_everything(
     lines = path.read_text(encoding="utf-8").splitlines()
     path.write_text("\n".join(lines[:2]) + "\n", encoding="utf-8")  # 2 of 6 items answered
     out = tmp_path / "result"
-    assert scoring.run(_args(outputs, out, dataset)) == 3
+    assert score_cli.run(_args(outputs, out, dataset)) == 3
     assert len(_records(out)) == 6
     summary = json.loads((out / "knowledge.summary.json").read_text(encoding="utf-8"))
     assert summary["n_no_output"] == 4 and summary["text"]["accuracy"]["bounds"] == [2 / 6, 1.0]
     assert "knowledge: 4 of 6 items have no response on a channel" in capsys.readouterr().err
     path.write_text("\n".join(lines[:4]) + "\n", encoding="utf-8")  # 4 of 6: incomplete, not mostly failed
-    assert scoring.run(_args(outputs, out, dataset)) == 0
+    assert score_cli.run(_args(outputs, out, dataset)) == 0
 
 
 def test_a_wrapper_run_whose_items_mostly_failed_stops_after_saving_everything(tmp_path):
@@ -363,11 +366,11 @@ def test_a_second_run_on_a_locked_out_refuses_or_waits(tmp_path, fakes, capsys):
     outputs, dataset = _cli_fixture(tmp_path, asr)
     out = tmp_path / "result"
     waited: list[int] = []
-    with scoring.result_dir_lock(out):
-        assert scoring.run(_args(outputs, out, dataset)) == 2
+    with scoring_store.result_dir_lock(out):
+        assert score_cli.run(_args(outputs, out, dataset)) == 2
         assert "is in use by another cs3-bench run" in capsys.readouterr().err
         queued = threading.Thread(
-            target=lambda: waited.append(scoring.run(_args(outputs, out, dataset, wait=True)))
+            target=lambda: waited.append(score_cli.run(_args(outputs, out, dataset, wait=True)))
         )
         queued.start()
         queued.join(0.5)
@@ -384,7 +387,7 @@ def test_concurrent_waiting_runs_on_one_out_all_finish_consistently(tmp_path, fa
     out = tmp_path / "result"
     codes: list[int] = []
     runs = [
-        threading.Thread(target=lambda: codes.append(scoring.run(_args(outputs, out, dataset, wait=True))))
+        threading.Thread(target=lambda: codes.append(score_cli.run(_args(outputs, out, dataset, wait=True))))
         for _ in range(4)
     ]
     for thread in runs:
@@ -405,19 +408,19 @@ def test_a_second_model_into_the_same_out_is_refused_unless_restart(tmp_path, fa
     other = tmp_path / "model-b"
     shutil.copytree(outputs, other)
     out = tmp_path / "result"
-    assert scoring.run(_args(outputs, out, dataset)) == 0
+    assert score_cli.run(_args(outputs, out, dataset)) == 0
     settings = json.loads((out / "knowledge.settings.json").read_text(encoding="utf-8"))
     assert settings["model"] == "model-a" and settings["outputs"] == str(outputs.resolve())
-    assert scoring.run(_args(other, out, dataset)) == 2
+    assert score_cli.run(_args(other, out, dataset)) == 2
     assert "holds results of another system" in capsys.readouterr().err
     en = tmp_path / "en.json"
     en.write_text(dataset.read_text(encoding="utf-8"), encoding="utf-8")
     (other / "json" / "knowledge.json").rename(other / "json" / "knowledge_en.json")
-    assert scoring.run(_args(other, out, en, set_name="knowledge_en")) == 2  # another set, same folder
+    assert score_cli.run(_args(other, out, en, set_name="knowledge_en")) == 2  # another set, same folder
     assert "holds results of another system" in capsys.readouterr().err
     assert json.loads((out / "knowledge.summary.json").read_text(encoding="utf-8"))["model"] == "model-a"
     (other / "json" / "knowledge_en.json").rename(other / "json" / "knowledge.json")
-    assert scoring.run(_args(other, out, dataset, restart=True)) == 0
+    assert score_cli.run(_args(other, out, dataset, restart=True)) == 0
     assert json.loads((out / "knowledge.summary.json").read_text(encoding="utf-8"))["model"] == "model-b"
 
 

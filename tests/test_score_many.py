@@ -17,10 +17,11 @@ import pytest
 from judge_server import Reply
 from test_protocol_cli import DOCS, EN_DOCS
 
+from cs3_tasks.cli import score as score_cli
 from cs3_tasks.core.audio import write_wav
 from cs3_tasks.report import leaderboard as report
 from cs3_tasks.scoring import many as score_many
-from cs3_tasks.scoring import pipeline as scoring
+from cs3_tasks.scoring import store as scoring_store
 
 ANSWERS = {"k-000": "答案0", "k-001": "RIGHT 1", "k-002": "不知道", "k-003": "答案是3"}
 EN_ANSWERS = {"e-000": "It is answer0.", "e-001": "no idea"}
@@ -88,7 +89,7 @@ def _args(
     tmp_path: Path, *extra: str, root: Path | None = None, out: Path | None = None
 ) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    scoring.add_arguments(parser)
+    score_cli.add_arguments(parser)
     given = ["--outputs-root", str(root or tmp_path / "models")] if "--outputs" not in extra else []
     return parser.parse_args(
         [
@@ -126,7 +127,7 @@ def _files(out: Path) -> dict[str, bytes]:
     return {
         str(p.relative_to(out)): p.read_bytes()
         for p in sorted(out.rglob("*"))
-        if p.is_file() and p.name != scoring.LOCK_FILE
+        if p.is_file() and p.name != scoring_store.LOCK_FILE
     }
 
 
@@ -147,7 +148,7 @@ def test_a_bad_model_does_not_stop_the_others(tmp_path, asr, capsys):
     (root / "notes").mkdir()  # no outputs: skipped and listed
     (root / "notes" / "README.txt").write_text("not a model", encoding="utf-8")
     out = tmp_path / "results"
-    assert scoring.run(_args(tmp_path, "--no-judge")) == 1  # some (1 of 3) failed
+    assert score_cli.run(_args(tmp_path, "--no-judge")) == 1  # some (1 of 3) failed
     err = capsys.readouterr().err
     assert "error: model gamma: failed (exit 2)" in err and "looks like GBK" in err
     assert "skipped" in err and "notes" in err and ".hidden" not in err
@@ -180,7 +181,7 @@ def test_a_bad_model_does_not_stop_the_others(tmp_path, asr, capsys):
         (root / "gamma" / "knowledge.jsonl").read_bytes().decode("gbk"), encoding="utf-8"
     )
     asr.calls.clear()
-    assert scoring.run(_args(tmp_path, "--no-judge")) == 0
+    assert score_cli.run(_args(tmp_path, "--no-judge")) == 0
     assert asr.calls == []  # gamma is text-only; alpha and beta are done
     assert _models(out)["models"]["gamma"] == {
         "outputs": str((root / "gamma").resolve()),
@@ -204,7 +205,7 @@ def test_resume_rescores_only_what_failed_and_gives_identical_files(tmp_path, as
     )
     server = judge_server(judge_reply)
     out = tmp_path / "results"
-    assert scoring.run(_args(tmp_path, *_judge(server))) == 1  # 1 of 3 incomplete
+    assert score_cli.run(_args(tmp_path, *_judge(server))) == 1  # 1 of 3 incomplete
     models = _models(out)["models"]
     assert models["delta"]["status"] == "incomplete" and models["delta"]["exit_code"] == 3
     assert "judge verdicts of this run failed" in models["delta"]["error"]
@@ -223,7 +224,7 @@ def test_resume_rescores_only_what_failed_and_gives_identical_files(tmp_path, as
     monkeypatch.setenv("CS3_BENCH_CACHE", str(tmp_path / "cache2"))
     server.reset()
     asr.calls.clear()
-    assert scoring.run(_args(tmp_path, *_judge(server))) == 1
+    assert score_cli.run(_args(tmp_path, *_judge(server))) == 1
     # only delta's items are scored again (the fake ASR has no cache; the real one's would answer)
     assert asr.calls and all("/delta/" in audio for call in asr.calls for audio in call["audios"])
     prompts = [r.prompt for r in server.requests]
@@ -236,16 +237,16 @@ def test_results_do_not_depend_on_the_other_models_or_their_order(tmp_path, asr,
     _ours(root / "alpha")
     server = judge_server(judge_reply)
     alone = tmp_path / "alone"  # alpha before beta was there
-    assert scoring.run(_args(tmp_path, *_judge(server), out=alone)) == 0
+    assert score_cli.run(_args(tmp_path, *_judge(server), out=alone)) == 0
     _authors(root / "beta")
     together = tmp_path / "together"
-    assert scoring.run(_args(tmp_path, *_judge(server), out=together)) == 0
+    assert score_cli.run(_args(tmp_path, *_judge(server), out=together)) == 0
 
     # one at a time, in the other order, with `score --outputs` and `report`
     apart = tmp_path / "apart"
     for name in ("beta", "alpha"):
         extra = ("--outputs", str(root / name), "--set", "all", "--model-name", name, *_judge(server))
-        assert scoring.run(_args(tmp_path, *extra, out=apart / name)) == 0
+        assert score_cli.run(_args(tmp_path, *extra, out=apart / name)) == 0
     parser = argparse.ArgumentParser()
     report.add_arguments(parser)
     assert (
@@ -266,7 +267,7 @@ def test_results_do_not_depend_on_the_other_models_or_their_order(tmp_path, asr,
     monkeypatch.setenv("CS3_BENCH_CACHE", str(tmp_path / "cache2"))
     server.reset()
     asr.calls.clear()
-    assert scoring.run(_args(tmp_path, *_judge(server), out=together)) == 0
+    assert score_cli.run(_args(tmp_path, *_judge(server), out=together)) == 0
     assert server.request_count == 0 and asr.calls == [] and _files(together) == before
     assert _board(alone) == [r for r in _board(together) if r["model"] == "alpha"]
 
@@ -282,7 +283,7 @@ def test_a_crash_of_one_model_is_reported_redacted(tmp_path, fake_asr):
         return "RIGHT spoken"
 
     fake_asr(hear)
-    assert scoring.run(_args(tmp_path, "--no-judge")) == 1
+    assert score_cli.run(_args(tmp_path, "--no-judge")) == 1
     beta = _models(tmp_path / "results")["models"]["beta"]
     assert beta["status"] == "failed" and beta["exit_code"] == score_many.CRASHED
     assert beta["error"].startswith("RuntimeError: decoder crashed")
@@ -295,26 +296,26 @@ def test_an_empty_root_and_bad_options_are_clear_errors(tmp_path, asr, capsys):
     root = tmp_path / "models"
     root.mkdir()
     out = tmp_path / "results"
-    assert scoring.run(_args(tmp_path, "--no-judge")) == 2
+    assert score_cli.run(_args(tmp_path, "--no-judge")) == 2
     assert "no model folder in" in capsys.readouterr().err and not out.exists()
     (root / "empty").mkdir()
-    assert scoring.run(_args(tmp_path, "--no-judge")) == 2
+    assert score_cli.run(_args(tmp_path, "--no-judge")) == 2
     assert "(skipped: empty)" in capsys.readouterr().err and not out.exists()
-    assert scoring.run(_args(tmp_path, "--no-judge", root=tmp_path / "nowhere")) == 2
+    assert score_cli.run(_args(tmp_path, "--no-judge", root=tmp_path / "nowhere")) == 2
     assert "is not a folder" in capsys.readouterr().err
     _ours(root / "alpha")
-    assert scoring.run(_args(tmp_path, "--no-judge", "--model-name", "x")) == 2
+    assert score_cli.run(_args(tmp_path, "--no-judge", "--model-name", "x")) == 2
     assert "--model-name names one model" in capsys.readouterr().err
-    assert scoring.run(_args(tmp_path, "--no-judge", out=root)) == 2
+    assert score_cli.run(_args(tmp_path, "--no-judge", out=root)) == 2
     assert "choose another --out" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # --outputs and --outputs-root exclude each other
         _args(tmp_path, "--no-judge", "--outputs", str(root / "alpha"), "--outputs-root", str(root))
-    assert scoring.run(_args(tmp_path, "--no-judge", "--outputs", str(root / "alpha"))) == 2
+    assert score_cli.run(_args(tmp_path, "--no-judge", "--outputs", str(root / "alpha"))) == 2
     assert "--set is required with --outputs" in capsys.readouterr().err
     # --set knowledge: a model without that set fails, the others are scored
     (root / "only-en").mkdir()
     (root / "only-en" / "knowledge_en.jsonl").write_text('{"Qid": "e-000", "text": "answer0"}\n', "utf-8")
-    assert scoring.run(_args(tmp_path, "--no-judge", "--set", "knowledge")) == 1
+    assert score_cli.run(_args(tmp_path, "--no-judge", "--set", "knowledge")) == 1
     models = _models(out)["models"]
     assert (
         models["alpha"]["sets"] == ["knowledge"]
@@ -327,20 +328,22 @@ def test_a_second_run_on_the_same_results_refuses_or_waits(tmp_path, asr, capsys
     _ours(tmp_path / "models" / "alpha")
     out = tmp_path / "results"
     waited: list[int] = []
-    with scoring.result_dir_lock(out):
-        assert scoring.run(_args(tmp_path, "--no-judge")) == 2
+    with scoring_store.result_dir_lock(out):
+        assert score_cli.run(_args(tmp_path, "--no-judge")) == 2
         assert "is in use by another cs3-bench run" in capsys.readouterr().err
         assert not (out / "alpha").exists()
         queued = threading.Thread(
-            target=lambda: waited.append(scoring.run(_args(tmp_path, "--no-judge", "--wait")))
+            target=lambda: waited.append(score_cli.run(_args(tmp_path, "--no-judge", "--wait")))
         )
         queued.start()
         queued.join(0.5)
         assert queued.is_alive() and not (out / "alpha").exists()  # blocked on the lock
     queued.join()
     assert waited == [0] and _models(out)["models"]["alpha"]["status"] == "scored"
-    with scoring.result_dir_lock(out / "alpha"):  # a `score --out RESULTS/alpha` run holds the model's dir
-        assert scoring.run(_args(tmp_path, "--no-judge")) == 3  # the one model failed
+    with scoring_store.result_dir_lock(
+        out / "alpha"
+    ):  # a `score --out RESULTS/alpha` run holds the model's dir
+        assert score_cli.run(_args(tmp_path, "--no-judge")) == 3  # the one model failed
     assert "is in use by another cs3-bench run" in _models(out)["models"]["alpha"]["error"]
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.data import SETS
-from cs3_tasks.scoring.pipeline import CHANNELS
+from cs3_tasks.scoring.records import CHANNELS
 from cs3_tasks.scoring.summary import compare_cs_en, read_summary
 
 CS_SETS = ("knowledge", "open_ended")

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cs3_tasks.scoring.pipeline import CHANNELS
+from cs3_tasks.scoring.records import CHANNELS
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
@@ -328,8 +328,9 @@ def run(args) -> int:
     from cs3_tasks.build.conversation_data import load_conversation_set
     from cs3_tasks.core.cache import atomic_write
     from cs3_tasks.core.languages import load_pair
-    from cs3_tasks.scoring import pipeline as scoring
     from cs3_tasks.scoring.outputs import read_outputs
+    from cs3_tasks.scoring.settings import run_settings
+    from cs3_tasks.scoring.store import RecordsFile, SettingsMismatchError
 
     try:
         judge_config = judge.judge_config_from_args(args)  # fails before any work starts
@@ -347,12 +348,12 @@ def run(args) -> int:
     except (OSError, ValueError, RuntimeError) as exc:  # no dataset / no outputs: nothing to score
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    settings = scoring.run_settings(asr_config, pair.asr_language_of(args.set_name), judge_config)
+    settings = run_settings(asr_config, pair.asr_language_of(args.set_name), judge_config)
     settings["pair"] = pair.name
-    store = scoring.RecordsFile(args.out, args.set_name)
+    store = RecordsFile(args.out, args.set_name)
     try:
         store.open(settings, restart=args.restart)
-    except scoring.SettingsMismatchError as exc:
+    except SettingsMismatchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

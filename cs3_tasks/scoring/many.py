@@ -3,12 +3,12 @@
 Each immediate subfolder of ROOT that holds outputs of some set (either layout, `outputs.find_output_sets`)
 is one model, named by its folder (neither layout names the model). It is scored exactly as
 ``cs3-bench score --outputs ROOT/<model> --out RESULTS/<model> --model-name <model>`` scores it
-(`scoring.score_outputs`), then RESULTS gets the leaderboard of the models scored (`report.write_leaderboard`)
+(`run.score_outputs`), then RESULTS gets the leaderboard of the models scored (`report.write_leaderboard`)
 and ``models.json``: per model its status, exit code, sets and error. Hidden folders are passed over; folders
 without outputs are skipped and listed.
 
 A model's records depend on its outputs and the settings only: every model is scored with the one
-`scoring.ScoringSetup` resolved before the first, in name order, each into its own result dir. Resumable per
+`settings.ScoringSetup` resolved before the first, in name order, each into its own result dir. Resumable per
 model: each result dir's records file skips what is done, so a finished model costs reading its files. One
 model's failure (bad input, judge failures, a crash) never stops the others; RESULTS is locked for the run.
 """
@@ -24,7 +24,9 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from cs3_tasks.scoring import pipeline as scoring
+from cs3_tasks.scoring import run as scoring_run
+from cs3_tasks.scoring import settings as scoring_settings
+from cs3_tasks.scoring import store as scoring_store
 from cs3_tasks.scoring.outputs import find_output_sets
 
 MODELS_FILE = "models.json"
@@ -89,15 +91,15 @@ def model_args(args: argparse.Namespace, folder: Path, out: Path) -> argparse.Na
     )
 
 
-def score_model(args: argparse.Namespace, setup: scoring.ScoringSetup, status: ModelStatus) -> None:
+def score_model(args: argparse.Namespace, setup: scoring_settings.ScoringSetup, status: ModelStatus) -> None:
     """Score one model (``args`` from `model_args`) into ``status``; never raises but KeyboardInterrupt."""
     from cs3_tasks import judge
 
     secret = setup.judge.api_key() if setup.judge is not None else None
     with ExitStack() as held:  # the model's result dir lock, released when its files are written
         try:
-            outcome = scoring.score_outputs(args, held, setup, echo=False)
-        except scoring.ScoringError as exc:
+            outcome = scoring_run.score_outputs(args, held, setup, echo=False)
+        except scoring_settings.ScoringError as exc:
             status.status, status.exit_code, status.error = (
                 "failed",
                 exc.exit_code,
@@ -158,36 +160,39 @@ def run(args: argparse.Namespace) -> int:
     root, out = Path(args.outputs_root), Path(args.out)
     try:
         if getattr(args, "model_name", None):
-            raise scoring.ScoringError(
+            raise scoring_settings.ScoringError(
                 "--model-name names one model: with --outputs-root each model is named by its folder"
             )
         if out.resolve() == root.resolve():
-            raise scoring.ScoringError(
+            raise scoring_settings.ScoringError(
                 f"--out {out} is --outputs-root: the result dirs would go into the model folders; "
                 "choose another --out"
             )
         models, skipped = find_models(root, out)
         if not models:
             listed = f" (skipped: {', '.join(skipped)})" if skipped else ""
-            raise scoring.ScoringError(
+            raise scoring_settings.ScoringError(
                 f"no model folder in {root}: expected one folder per model holding json/cs_<set>.json "
                 f"(authors' layout) or <set>.jsonl{listed}"
             )
-        setup = scoring.scoring_setup(args)  # one setup for every model, checked before any work
-    except (scoring.ScoringError, FileNotFoundError) as exc:
+        setup = scoring_settings.scoring_setup(args)  # one setup for every model, checked before any work
+    except (scoring_settings.ScoringError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     with ExitStack() as held:
         try:  # two runs on one RESULTS would interleave models.json and the leaderboard
-            held.enter_context(scoring.result_dir_lock(out, wait=getattr(args, "wait", False)))
-        except scoring.ResultDirBusy as exc:
+            held.enter_context(scoring_store.result_dir_lock(out, wait=getattr(args, "wait", False)))
+        except scoring_store.ResultDirBusy as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         return score_models(args, setup, models, skipped)
 
 
 def score_models(
-    args: argparse.Namespace, setup: scoring.ScoringSetup, models: Sequence[Path], skipped: Mapping[str, str]
+    args: argparse.Namespace,
+    setup: scoring_settings.ScoringSetup,
+    models: Sequence[Path],
+    skipped: Mapping[str, str],
 ) -> int:
     from cs3_tasks.report import leaderboard as report
 
@@ -219,6 +224,9 @@ def score_models(
         write_models_file(out, root, set_name, statuses, skipped, exit_code=2)
         return 2
     print(report.write_leaderboard(out, summaries, leaderboard_notes(statuses, skipped)))
+    from cs3_tasks.report.html import write_report_quietly  # the audit report: open out/report/index.html
+
+    write_report_quietly(out / "report", on_board, getattr(args, "dataset", None))
     code = overall_exit_code(statuses)
     write_models_file(out, root, set_name, statuses, skipped, exit_code=code)
     bad = [name for name, s in statuses.items() if s.status != "scored"]

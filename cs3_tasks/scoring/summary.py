@@ -1,7 +1,7 @@
 """Summaries of scored records: headline rates with 95% CIs and every count needed to audit them, the
 code-switched vs English comparison, and their markdown rendering.
 
-`summarize` reads the records of one set (``cs3_tasks.scoring.pipeline``'s schema); `compare_cs_en` needs the
+`summarize` reads the records of one set (``cs3_tasks.scoring.records``' schema); `compare_cs_en` needs the
 summaries of both knowledge sets, so it is attached where both are known (`attach_cs_vs_en`): by
 ``cs3-bench score`` once both sets of a result dir are scored (whichever ran first), by the lm-eval
 result writer (``evaluate.write_scored_dir``) and by the leaderboard (``report``).
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cs3_tasks.core.data import KNOWLEDGE_SETS, check_set
-from cs3_tasks.scoring.pipeline import CHANNELS, STATUSES
+from cs3_tasks.scoring.records import CHANNELS, STATUSES
 
 # the two sets compared by `compare_cs_en`: (code-switched, English twin)
 CS_EN_PAIR = ("knowledge", "knowledge_en")

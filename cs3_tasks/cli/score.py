@@ -1,0 +1,113 @@
+"""``cs3-bench score``: the command line over `cs3_tasks.scoring.run` and `cs3_tasks.scoring.many`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cs3_tasks.core.data import SETS
+
+if TYPE_CHECKING:  # pragma: no cover
+    pass
+from cs3_tasks.scoring.records import DEFAULT_PROTOCOL, PROTOCOLS
+from cs3_tasks.scoring.run import score_outputs
+from cs3_tasks.scoring.settings import ScoringError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from cs3_tasks import asr, judge
+
+    inputs = parser.add_mutually_exclusive_group(required=True)
+    inputs.add_argument(
+        "--outputs",
+        type=Path,
+        help="outputs dir: json/<set>.json + wav/<Qid>.wav (authors) or <set>.jsonl (ours)",
+    )
+    inputs.add_argument(
+        "--outputs-root",
+        type=Path,
+        help="a folder of outputs dirs, one per model (named by its folder): each is scored into "
+        "OUT/<model> as --outputs would be, then OUT gets the leaderboard and models.json; resumable per "
+        "model. Exit code: 0 every model scored, 1 some failed or are incomplete, 3 most did, 2 bad input "
+        "(no model folder, OUT busy)",
+    )
+    parser.add_argument(
+        "--set",
+        choices=(*SETS, "all"),
+        dest="set_name",
+        help="the set to score (required with --outputs); all: every set found in the outputs dir (one "
+        "summary each + cs-vs-en); the default with --outputs-root",
+    )
+    parser.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        default=DEFAULT_PROTOCOL,
+        help="reference (default): the authors' scoring, comparable with the paper; cs3: our stricter audit "
+        "protocol (normalised keywords, strict parsing, judge errors excluded and counted)",
+    )
+    parser.add_argument(
+        "--reference-scripts",
+        default=None,
+        help="the authors' VocalBench-zh checkout (or its utils/) for the reference judge prompts "
+        "(default: $CS3_REFERENCE_SCRIPTS, else the pinned download, cached)",
+    )
+    parser.add_argument(
+        "--use-given-transcripts",
+        action="store_true",
+        help="score the speech channel on json_asr/cs_<set>.json's Response_hyp instead of running ASR",
+    )
+    parser.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        help="result dir (records, summary); with --outputs-root: one result dir per model + the leaderboard",
+    )
+    parser.add_argument(
+        "--dataset",
+        default=None,
+        help="dataset: Hub id, local build dir, 'demo', or a source JSON file of the set",
+    )
+    parser.add_argument(
+        "--model-name",
+        default=None,
+        help="name of the scored model (default: outputs dir name; not with --outputs-root)",
+    )
+    parser.add_argument(
+        "--restart", action="store_true", help="discard existing records (caches still make the re-run cheap)"
+    )
+    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument(
+        "--wait", action="store_true", help="wait for another run on the same --out (default: refuse)"
+    )
+    asr.add_asr_arguments(parser)
+    judge.add_judge_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``cs3-bench score``: one outputs dir (holding its result dir's lock until every file of the run is
+    written), or with ``--outputs-root`` every model folder under it (`cs3_tasks.scoring.many`)."""
+    from contextlib import ExitStack
+
+    if getattr(args, "outputs_root", None) is not None:
+        from cs3_tasks.scoring import many as score_many
+
+        return score_many.run(args)
+    if getattr(args, "set_name", None) is None:
+        print("error: --set is required with --outputs", file=sys.stderr)
+        return 2
+    with ExitStack() as held:
+        return score_run(args, held)
+
+
+def score_run(args: argparse.Namespace, held) -> int:
+    """`score_outputs` as the CLI reports it: errors on stderr, the exit code returned."""
+    try:
+        outcome = score_outputs(args, held)
+    except ScoringError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    if outcome.message:
+        print(f"error: {outcome.message}", file=sys.stderr)
+    return outcome.exit_code

@@ -1,0 +1,218 @@
+"""The resumable store of a result dir: ``<set>.records.jsonl`` + ``<set>.settings.json``, the dir's lock."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cs3_tasks.scoring.outputs import (
+    ModelOutput,
+    audio_label,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    pass
+from cs3_tasks.scoring.records import RETRYABLE_ERRORS
+
+
+class SettingsMismatchError(ValueError):
+    """The records in a result dir were made with other settings than this run's."""
+
+
+class ResultDirBusy(RuntimeError):
+    """Another run holds the result dir's lock."""
+
+
+LOCK_FILE = ".cs3-bench.lock"
+
+
+# what identifies the scored system in <set>.settings.json: one result dir holds one system
+IDENTITY_KEYS = ("model", "outputs")
+
+
+@contextmanager
+def result_dir_lock(out: Path, *, wait: bool = False) -> Iterator[None]:
+    """Hold the exclusive lock of result dir ``out`` (``fcntl.flock`` on ``<out>/.cs3-bench.lock``, released
+    when the holder ends, even killed). Busy: ResultDirBusy naming the holder, or wait for it (``wait``)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - no flock on this platform: runs are not serialised
+        yield
+        return
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / LOCK_FILE, "a+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not wait:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                raise ResultDirBusy(
+                    f"{out} is in use by another cs3-bench run ({holder}); wait for it, pass --wait to "
+                    "queue behind it, or use another --out"
+                ) from None
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        import os
+
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def check_same_system(out: Path, settings: Mapping) -> None:
+    """SettingsMismatchError when another set of result dir ``out`` holds results of another system
+    (``IDENTITY_KEYS`` of its settings differ): one result dir holds one model's results."""
+    mine = {k: settings.get(k) for k in IDENTITY_KEYS}
+    for path in sorted(Path(out).glob("*.settings.json")):
+        try:
+            theirs = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        theirs = {k: theirs.get(k) for k in IDENTITY_KEYS} if isinstance(theirs, dict) else {}
+        if theirs != mine:
+            raise SettingsMismatchError(
+                f"{out} holds results of another system ({path.name}: model {theirs.get('model')!r}, "
+                f"outputs {theirs.get('outputs')!r}); this run scores model {mine['model']!r} from "
+                f"{mine['outputs']!r}. "
+                "Use another --out, or --restart to score this model here."
+            )
+
+
+def read_records(path: Path) -> dict[str, dict]:
+    """The latest record per Qid in a records file; a torn last line (killed mid-write) is ignored."""
+    records: dict[str, dict] = {}
+    if not Path(path).is_file():
+        return records
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and "qid" in record:
+                records[record["qid"]] = record
+    return records
+
+
+def needs_rescore(
+    record: Mapping, output: ModelOutput | None, retryable: Sequence[str] = RETRYABLE_ERRORS
+) -> bool:
+    """A record is reused unless it carries a retryable failure or the output changed since."""
+    if any(record.get(key) for key in retryable):
+        return True
+    if output is None:
+        return record.get("text") is not None or record.get("audio") is not None
+    return record.get("text") != output.text or record.get("audio") != audio_label(output.audio)
+
+
+def _write_records(path: Path, records: Iterable[dict]) -> None:
+    from cs3_tasks.core.cache import atomic_write
+
+    atomic_write(path, "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records))
+
+
+class RecordsFile:
+    """The resumable records of one set in a result dir: ``<set>.records.jsonl`` (one JSON record per
+    line, appended and flushed as each record is final) and ``<set>.settings.json`` (what the records
+    depend on: a resumed run must use the same settings).
+
+    Lifetime: `open` (checks the settings, reads what is done), `pending`, `appender` while scoring,
+    `finish` (compacts the file to one record per id, in order).
+    """
+
+    def __init__(self, out: Path, set_name: str):
+        self.out = Path(out)
+        self.path = self.out / f"{set_name}.records.jsonl"
+        self.settings_path = self.out / f"{set_name}.settings.json"
+        self.done: dict[str, dict] = {}
+
+    def open(self, settings: Mapping, *, restart: bool = False) -> dict[str, dict]:
+        """The finished records (none with ``restart``); SettingsMismatchError if made otherwise."""
+        from cs3_tasks.core.cache import atomic_write
+
+        self.out.mkdir(parents=True, exist_ok=True)
+        if not restart and any(k in settings for k in IDENTITY_KEYS):
+            check_same_system(self.out, settings)
+        if restart:
+            self.path.unlink(missing_ok=True)
+        if self.path.is_file() and self.settings_path.is_file():
+            previous = json.loads(self.settings_path.read_text(encoding="utf-8"))
+            if previous != settings:
+                raise SettingsMismatchError(
+                    f"{self.path} was made with other settings ({previous}); now {dict(settings)}. "
+                    "Use --restart (ASR and judge caches keep it cheap) or another --out."
+                )
+        atomic_write(self.settings_path, json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
+        self.done = read_records(self.path)
+        return self.done
+
+    def pending(
+        self,
+        order: Sequence[str],
+        outputs: Mapping[str, ModelOutput],
+        retryable: Sequence[str] = RETRYABLE_ERRORS,
+    ) -> set[str]:
+        """The ids still to score: not done, or done with a retryable failure, or whose output changed."""
+        return {
+            q for q in order if q not in self.done or needs_rescore(self.done[q], outputs.get(q), retryable)
+        }
+
+    @contextmanager
+    def appender(self) -> Iterator[Callable[[dict], None]]:
+        """A function that appends one final record to the file (flushed) and marks it done."""
+        if self.path.is_file():  # a torn last line (killed mid-write) must not swallow the next record
+            _write_records(self.path, self.done.values())
+        with open(self.path, "a", encoding="utf-8") as handle:
+
+            def append(record: dict) -> None:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+                handle.flush()
+                self.done[record["qid"]] = record
+
+            yield append
+
+    def score_pending(
+        self,
+        docs: Sequence[Mapping],
+        outputs: Mapping[str, ModelOutput],
+        score: Callable[[list[Mapping], list[ModelOutput], Callable[[dict], None]], object],
+        *,
+        doc_id: Callable[[Mapping], str],
+        retryable: Sequence[str] = RETRYABLE_ERRORS,
+        label: str = "",
+    ) -> list[dict]:
+        """Score what is pending with ``score(docs, outputs, on_record)``, appending each final record;
+        returns every record, one per id: docs in order, then unknown ids (after `open`)."""
+        doc_ids = [doc_id(d) for d in docs]
+        known = set(doc_ids)
+        order = doc_ids + [q for q in outputs if q not in known]
+        pending = self.pending(order, outputs, retryable)
+        print(
+            f"{label}: {len(order)} items, {len(order) - len(pending)} already scored, "
+            f"{len(pending)} to score",
+            file=sys.stderr,
+        )
+        with self.appender() as append:
+            if pending:
+                score(
+                    [d for d in docs if doc_id(d) in pending],
+                    [o for q, o in outputs.items() if q in pending],
+                    append,
+                )
+        return self.finish(order)
+
+    def finish(self, order: Sequence[str]) -> list[dict]:
+        """Compact the file: one record per id, in ``order``; returns those records."""
+        final = [self.done[q] for q in order if q in self.done]
+        _write_records(self.path, final)
+        return final
