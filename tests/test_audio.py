@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import io
+import os
 import shutil
+import struct
 import subprocess
+import threading
 
 import numpy as np
 import pytest
@@ -13,9 +16,11 @@ import soundfile as sf
 from cs3_tasks.core.audio import (
     SAMPLE_RATE,
     AudioError,
+    audio_file_problem,
     content_hash,
     flac_bytes,
     load_audio,
+    load_audio_clip,
     resample,
     write_wav,
 )
@@ -179,3 +184,80 @@ def test_content_hash_is_stable_and_content_sensitive(wav_22k, tmp_path):
     assert content_hash({"array": tone, "sampling_rate": SAMPLE_RATE}) == content_hash(tone)
     with pytest.raises(AudioError, match="missing"):
         content_hash(tmp_path / "nope.wav")
+
+
+# --- bounds and non-files (issue 22 items 2 and 10) ------------------------------------------------------
+
+
+def _raw_wav(rate: int, samples: np.ndarray) -> bytes:
+    """A 16-bit mono PCM WAV whose header says ``rate`` Hz, whatever the rate (soundfile refuses to write
+    absurd ones)."""
+    data = samples.astype("<i2").tobytes()
+    fmt = struct.pack("<IHHIIHH", 16, 1, 1, rate, rate * 2, 2, 16)
+    return (
+        b"RIFF"
+        + struct.pack("<I", 36 + len(data))
+        + b"WAVEfmt "
+        + fmt
+        + b"data"
+        + struct.pack("<I", len(data))
+        + data
+    )
+
+
+def test_a_header_of_1_hz_is_cut_by_duration_before_resampling():
+    # 4 MB that claim 2,000,000 s: resampling it whole to 16 kHz is a 119 GiB array (a MemoryError that
+    # lost the whole run). Cut first, it is 181 source samples.
+    noise = np.random.default_rng(0).integers(-1000, 1000, 2_000_000)
+    clip = load_audio_clip(_raw_wav(1, noise), SAMPLE_RATE, max_seconds=180.0)
+    assert clip.samples.shape == (180 * SAMPLE_RATE,) and clip.samples.dtype == np.float32
+    assert clip.cut and clip.source_seconds == 2_000_000.0
+
+
+def test_a_cut_before_resampling_keeps_the_samples_of_cutting_after(tmp_path):
+    path = tmp_path / "long44k.wav"
+    sf.write(str(path), _tone(44_100, seconds=183.0, freq=300.0), 44_100, subtype="PCM_16")
+    clip = load_audio_clip(path, SAMPLE_RATE, max_seconds=180.0)
+    whole = load_audio(path)
+    assert clip.cut and clip.source_seconds == 183.0
+    np.testing.assert_array_equal(clip.samples, whole[: 180 * SAMPLE_RATE])
+    short = load_audio_clip(path, SAMPLE_RATE, max_seconds=200.0)
+    assert not short.cut and np.array_equal(short.samples, whole)
+
+
+def test_any_failure_reading_one_input_is_an_audio_error(monkeypatch, wav_22k):
+    def no_memory(*args, **kwargs):
+        raise MemoryError("Unable to allocate 119. GiB")
+
+    monkeypatch.setattr("scipy.signal.resample_poly", no_memory)
+    with pytest.raises(AudioError, match=r"MemoryError.*119\. GiB") as raised:
+        load_audio(wav_22k)
+    assert str(wav_22k) in str(raised.value)
+
+
+def test_a_directory_given_as_audio_says_so(tmp_path):
+    assert audio_file_problem(tmp_path) == f"audio path {tmp_path} is a directory, not a file"
+    assert audio_file_problem(tmp_path / "absent.wav") == f"missing audio file: {tmp_path / 'absent.wav'}"
+    for read in (load_audio, content_hash):
+        with pytest.raises(AudioError, match="is a directory"):
+            read(tmp_path)
+
+
+def test_a_fifo_given_as_audio_says_so_without_opening_it(tmp_path):
+    fifo = tmp_path / "pipe.wav"
+    os.mkfifo(fifo)
+    outcome: list[str] = []
+
+    def read_all() -> None:  # opening the FIFO would block forever (no writer): run where it can be seen
+        outcome.append(audio_file_problem(fifo) or "no problem")
+        for read in (load_audio, content_hash):
+            try:
+                read(fifo)
+            except AudioError as exc:
+                outcome.append(str(exc))
+
+    worker = threading.Thread(target=read_all, daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    assert not worker.is_alive(), "reading a FIFO blocked"
+    assert outcome == [f"audio path {fifo} is not a regular file (a FIFO)"] * 3

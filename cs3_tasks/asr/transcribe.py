@@ -82,7 +82,14 @@ from cs3_tasks.asr.config import (
 from cs3_tasks.asr.device import asr_device, batch_size_for
 from cs3_tasks.asr.offline import join_if_offline
 from cs3_tasks.asr.runners import BatchRunner, PackingRunner, Runner, cached_runner
-from cs3_tasks.core.audio import SAMPLE_RATE, AudioError, AudioSource, content_hash, load_audio
+from cs3_tasks.core.audio import (
+    SAMPLE_RATE,
+    AudioClip,
+    AudioError,
+    AudioSource,
+    content_hash,
+    load_audio_clip,
+)
 from cs3_tasks.core.cache import SqliteCache, cache_dir, stable_key
 
 log = logging.getLogger(__name__)
@@ -238,13 +245,13 @@ def _transcribe_chunk(
     notes: dict[int, str] = {}
     for i in indices:
         audio = _load(audios[i])
-        cap = int(DECODING.max_audio_seconds * SAMPLE_RATE)
-        if not isinstance(audio, Transcript) and len(audio) > cap:
-            notes[i] = (
-                f"only the first {DECODING.max_audio_seconds:g} s of {len(audio) / SAMPLE_RATE:.1f} s "
-                "were transcribed"
-            )
-            audio = audio[:cap]
+        if isinstance(audio, AudioClip):  # cut at max_audio_seconds before resampling (core.audio)
+            if audio.cut:
+                notes[i] = (
+                    f"only the first {DECODING.max_audio_seconds:g} s of {audio.source_seconds:.1f} s "
+                    "were transcribed"
+                )
+            audio = audio.samples
         if isinstance(audio, Transcript):
             yield i, audio, False
         elif _is_silent(audio):
@@ -306,7 +313,8 @@ def _is_silent(audio) -> bool:
 def _load(source: AudioSource):
     """16 kHz samples (at most max_audio_seconds of them), or an error Transcript naming the cause."""
     try:
-        audio = load_audio(source, SAMPLE_RATE)
+        clip = load_audio_clip(source, SAMPLE_RATE, DECODING.max_audio_seconds)
+        audio = clip.samples
         if len(audio) < MIN_CLIP_SECONDS * SAMPLE_RATE:
             return Transcript(
                 "",
@@ -314,7 +322,7 @@ def _load(source: AudioSource):
                 error=f"audio_error: too short to transcribe ({len(audio) / SAMPLE_RATE:.4f} "
                 f"s; at least {MIN_CLIP_SECONDS:g} s)",
             )
-        return audio
+        return clip
     except AudioError as exc:
         return Transcript("", None, error=f"audio_error: {exc}")
     except (OSError, TypeError, ValueError) as exc:  # e.g. unreadable file, malformed audio dict

@@ -13,10 +13,12 @@ import io
 import math
 import os
 import shutil
+import stat
 import struct
 import subprocess
 import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
 
@@ -28,6 +30,7 @@ SAMPLE_RATE = 16_000
 AudioSource = Union[str, os.PathLike, bytes, np.ndarray, "tuple[np.ndarray, int]", Mapping]
 
 FFMPEG_TIMEOUT_S = 300
+_CUT_MARGIN_S = 1.0  # resampled past a max_seconds cut: the kept samples equal those of the whole source
 
 # What soundfile raises on unreadable input (LibsndfileError is a RuntimeError; odd headers give
 # ValueError/TypeError/EOFError from the Python side).
@@ -42,14 +45,57 @@ class AudioError(ValueError):
 # public API
 
 
-def load_audio(source: AudioSource, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
-    """Decode ``source`` to a 1-D float32 mono waveform at ``sample_rate`` Hz.
+@dataclass(frozen=True)
+class AudioClip:
+    """Decoded audio: ``samples`` (1-D float32 mono at ``sample_rate``) of a source ``source_seconds`` long;
+    ``cut`` when ``samples`` hold only the first ``max_seconds`` of it."""
 
-    Raises AudioError for a missing file, an empty file, a truncated WAV (`wav_short_read`), undecodable
-    bytes, zero-length audio or non-finite samples.
+    samples: np.ndarray
+    sample_rate: int
+    source_seconds: float
+    cut: bool
+
+
+def load_audio(
+    source: AudioSource, sample_rate: int = SAMPLE_RATE, max_seconds: float | None = None
+) -> np.ndarray:
+    """Decode ``source`` to a 1-D float32 mono waveform at ``sample_rate`` Hz (at most its first
+    ``max_seconds``: see `load_audio_clip`).
+
+    Raises AudioError for a missing file, a directory or other non-regular file, an empty file, a
+    truncated WAV (`wav_short_read`), undecodable bytes, zero-length audio, non-finite samples, or any other
+    failure to read this one input (e.g. a header rate that would resample to more memory than there is).
     """
-    array, sr = _decode(source)
-    return _finish(array, sr, sample_rate, _describe(source))
+    return load_audio_clip(source, sample_rate, max_seconds).samples
+
+
+def load_audio_clip(
+    source: AudioSource, sample_rate: int = SAMPLE_RATE, max_seconds: float | None = None
+) -> AudioClip:
+    """`load_audio`, with the source's duration. With ``max_seconds``, only that much is read (soundfile)
+    and resampled: the cut happens at the source's own rate, before resampling, so a header that claims
+    1 Hz (a 4 MB file of 23 days) costs 181 samples, not a 119 GiB array.
+
+    The samples kept are those of resampling the whole source and cutting it to
+    ``int(max_seconds * sample_rate)`` samples (one second more than kept is resampled, more than the
+    filter reaches)."""
+    what = _describe(source)
+    try:
+        array, sr, source_frames = _decode(source, max_seconds)
+        samples = _checked_samples(array, what)
+        source_frames = len(samples) if source_frames is None else source_frames
+        if max_seconds is not None and sr > 0:
+            samples = samples[: _frames_to_read(max_seconds, sr)]  # arrays and ffmpeg output arrive whole
+        resampled = resample(samples, sr, sample_rate)
+    except AudioError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure reading this one input is this input's error
+        raise AudioError(f"unreadable audio ({what}): {type(exc).__name__}: {exc}") from exc
+    full_length = math.ceil(source_frames * sample_rate / sr)  # resample_poly's output length
+    cut = max_seconds is not None and full_length > int(max_seconds * sample_rate)
+    if cut:
+        resampled = resampled[: int(max_seconds * sample_rate)]
+    return AudioClip(np.ascontiguousarray(resampled, dtype=np.float32), sample_rate, source_frames / sr, cut)
 
 
 def resample(audio: np.ndarray, orig_sr: int, target_sr: int) -> np.ndarray:
@@ -122,22 +168,32 @@ def content_hash(source: AudioSource) -> str:
 # decoding
 
 
-def _decode(source: AudioSource) -> tuple[np.ndarray, int]:
-    """(samples, rate) in the source's own rate; samples may still be multi-channel/int."""
+# (samples in the source's own rate, that rate, frames of the whole source or None: as many as the samples)
+Decoded = tuple[np.ndarray, int, "int | None"]
+
+
+def _frames_to_read(max_seconds: float, rate: int) -> int:
+    return math.ceil((max_seconds + _CUT_MARGIN_S) * rate)
+
+
+def _decode(source: AudioSource, max_seconds: float | None = None) -> Decoded:
+    """(samples, rate, frames of the whole source) in the source's own rate; samples may still be
+    multi-channel/int. With ``max_seconds``, soundfile decodes only `_frames_to_read` frames (ffmpeg and
+    arrays give all). Frames None: as many as the samples."""
     if isinstance(source, Mapping):
         # HF rows may carry both bytes and path; the bytes are the authoritative content.
         if source.get("array") is not None:
-            return np.asarray(source["array"]), _mapping_rate(source)
+            return np.asarray(source["array"]), _mapping_rate(source), None
         if source.get("bytes") is not None:
-            return _decode_bytes(bytes(source["bytes"]), _describe(source))
+            return _decode_bytes(bytes(source["bytes"]), _describe(source), max_seconds)
         if source.get("path") is not None:
-            return _decode_path(source["path"])
+            return _decode_path(source["path"], max_seconds)
         raise AudioError(f"audio dict without bytes, array or path (keys: {sorted(source)})")
     if isinstance(source, (bytes, bytearray, memoryview)):
-        return _decode_bytes(bytes(source), _describe(source))
+        return _decode_bytes(bytes(source), _describe(source), max_seconds)
     if isinstance(source, (str, os.PathLike)):
-        return _decode_path(source)
-    return _array_and_rate(source)
+        return _decode_path(source, max_seconds)
+    return (*_array_and_rate(source), None)
 
 
 def _array_and_rate(source: object) -> tuple[np.ndarray, int]:
@@ -160,15 +216,42 @@ def _mapping_rate(source: Mapping) -> int:
     return int(sr)
 
 
-def _existing_file(path: str | os.PathLike) -> Path:
+def audio_file_problem(path: str | os.PathLike) -> str | None:
+    """Why ``path`` cannot be read as an audio file ("missing audio file: ...", "... is a directory",
+    "... is not a regular file (a FIFO)", "empty audio file (0 bytes): ..."), or None.
+
+    Looks with stat only: a FIFO is never opened (opening one for reading blocks until a writer comes)."""
     p = Path(path)
-    if not p.exists():
-        raise AudioError(f"missing audio file: {p}")
-    if not p.is_file():
-        raise AudioError(f"not a file: {p}")
+    try:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        return f"missing audio file: {p}"
+    except OSError as exc:  # permission on a parent, a name too long, a loop of links, ...
+        return f"audio file {p} cannot be examined: {exc.strerror or exc}"
+    if stat.S_ISDIR(mode):
+        return f"audio path {p} is a directory, not a file"
+    if not stat.S_ISREG(mode):
+        return f"audio path {p} is not a regular file ({_file_kind(mode)})"
     if p.stat().st_size == 0:
-        raise AudioError(f"empty audio file (0 bytes): {p}")
-    return p
+        return f"empty audio file (0 bytes): {p}"
+    return None
+
+
+def _file_kind(mode: int) -> str:
+    kinds = [
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ]
+    return next((name for test, name in kinds if test(mode)), "not a file")
+
+
+def _existing_file(path: str | os.PathLike) -> Path:
+    problem = audio_file_problem(path)
+    if problem:
+        raise AudioError(problem)
+    return Path(path)
 
 
 def wav_short_read(head: bytes, size: int) -> str | None:
@@ -198,34 +281,39 @@ def _check_wav_complete(head: bytes, size: int, what: str) -> None:
         raise AudioError(f"{problem} ({what})")
 
 
-def _decode_path(path: str | os.PathLike) -> tuple[np.ndarray, int]:
-    p = _existing_file(path)
+def _soundfile_read(file: str | io.BytesIO, max_seconds: float | None) -> tuple[np.ndarray, int, int]:
+    """soundfile's samples (with ``max_seconds``, at most `_frames_to_read` frames), rate and the frame
+    count of the whole file."""
     import soundfile as sf
 
+    with sf.SoundFile(file) as handle:
+        rate, frames = int(handle.samplerate), int(handle.frames)
+        wanted = -1 if max_seconds is None or rate <= 0 else min(frames, _frames_to_read(max_seconds, rate))
+        return handle.read(frames=wanted, dtype="float32", always_2d=False), rate, frames
+
+
+def _decode_path(path: str | os.PathLike, max_seconds: float | None = None) -> Decoded:
+    p = _existing_file(path)
     with open(p, "rb") as handle:
         _check_wav_complete(handle.read(1 << 16), p.stat().st_size, f"audio file {p}")
     try:
-        data, sr = sf.read(str(p), dtype="float32", always_2d=False)
-        return data, int(sr)
+        return _soundfile_read(str(p), max_seconds)
     except _SOUNDFILE_ERRORS as sf_error:
-        return _ffmpeg_decode(str(p), f"audio file {p}", sf_error)
+        return (*_ffmpeg_decode(str(p), f"audio file {p}", sf_error), None)
 
 
-def _decode_bytes(data: bytes, what: str) -> tuple[np.ndarray, int]:
+def _decode_bytes(data: bytes, what: str, max_seconds: float | None = None) -> Decoded:
     if not data:
         raise AudioError(f"empty audio ({what})")
     _check_wav_complete(data[: 1 << 16], len(data), what)
-    import soundfile as sf
-
     try:
-        samples, sr = sf.read(io.BytesIO(data), dtype="float32", always_2d=False)
-        return samples, int(sr)
+        return _soundfile_read(io.BytesIO(data), max_seconds)
     except _SOUNDFILE_ERRORS as sf_error:
         # ffmpeg needs a seekable input for containers like m4a (moov atom at the end): use a file.
         with tempfile.NamedTemporaryFile(suffix=".audio") as tmp:
             tmp.write(data)
             tmp.flush()
-            return _ffmpeg_decode(tmp.name, what, sf_error)
+            return (*_ffmpeg_decode(tmp.name, what, sf_error), None)
 
 
 def _ffmpeg_decode(path: str, what: str, sf_error: Exception) -> tuple[np.ndarray, int]:
@@ -290,15 +378,6 @@ def _ffmpeg_probe_rate(path: str) -> int | None:
 
 # ---------------------------------------------------------------------------------------------
 # post-processing
-
-
-def _finish(array: np.ndarray, sr: int, target_sr: int, what: str) -> np.ndarray:
-    samples = _to_mono_float(np.asarray(array), what)
-    if samples.size == 0:
-        raise AudioError(f"zero-length audio ({what})")
-    if not np.all(np.isfinite(samples)):
-        raise AudioError(f"audio contains NaN or infinite samples ({what})")
-    return np.ascontiguousarray(resample(samples, sr, target_sr), dtype=np.float32)
 
 
 def _to_mono_float(array: np.ndarray, what: str) -> np.ndarray:
