@@ -30,8 +30,12 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "score pre-generated outputs of a conversation set (BELLE zh->en)",
     ),
     "report": (
-        "cs3_tasks.report.leaderboard",
-        "leaderboard (markdown + CSV) and figure across scored result dirs",
+        "cs3_tasks.report.command",
+        "leaderboard (markdown + CSV, figure) and/or the HTML report (--html) across scored result dirs",
+    ),
+    "compare": (
+        "cs3_tasks.report.compare",
+        "two systems' result dirs: accuracy difference, paired 95%% CI, exact McNemar p per set and channel",
     ),
     "eval": ("cs3_tasks.harness.evaluate", "run lm_eval with the cs3 tasks on the include path"),
     "demo": ("cs3_tasks.harness.evaluate", "run the offline main job on the embedded demo set"),

@@ -217,6 +217,9 @@ def run_demo(args: argparse.Namespace) -> int:
 
     print("=== leaderboard ===")
     print(report.write_leaderboard(out, per_model))
+    from cs3_tasks.report.html import write_report_quietly  # the audit report: open out/report/index.html
+
+    write_report_quietly(out / "report", [out / system for system in systems], args.dataset)
     print(f"demo finished in {time.time() - started:.0f} s; results in {out}")
     return 0
 

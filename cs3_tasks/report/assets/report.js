@@ -1,0 +1,232 @@
+// The item views of the CS3-Bench report. Data: window.CS3_ITEMS (items.js), loaded after the first paint so
+// the leaderboard shows at once. Every value goes in as text (never as HTML): responses are untrusted.
+"use strict";
+(function () {
+  var PAGE = 50, D = null;
+  var MARK = { true: ["✓", "ok"], false: ["✗", "bad"] };
+
+  function el(tag, attrs) {
+    var node = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
+    for (var i = 2; i < arguments.length; i++) {
+      var c = arguments[i];
+      if (c === null || c === undefined || c === "") continue;
+      node.appendChild(typeof c === "object" ? c : document.createTextNode(String(c)));
+    }
+    return node;
+  }
+  function $(id) { return document.getElementById(id); }
+  function mark(v) { var m = MARK[v]; return m ? el("span", { class: m[1] }, m[0]) : el("span", { class: "none" }, "–"); }
+  function player(url) { return url ? el("audio", { controls: "", preload: "none", src: url }) : null; }
+  function options(select, values, keep) {
+    if (!keep) select.textContent = "";
+    values.forEach(function (v) { select.appendChild(el("option", { value: v }, v)); });
+  }
+  function question(set, qid) { return ((D.questions[set] || {})[qid]) || {}; }
+  function answers(q) { return Object.keys(q.answers || {}).map(function (k) { return q.answers[k]; }).join(" / "); }
+  function raw(label, text) { return text ? el("details", { class: "raw" }, el("summary", {}, label), el("pre", {}, text)) : null; }
+
+  function verdictCell(it, ch, set) {
+    var td = el("td", {}, mark(it[ch + "_correct"]), " ", el("span", { class: "small" }, it[ch + "_status"] || ""));
+    if (set === "open_ended") {
+      ["relevance", "semantic"].forEach(function (a) {
+        if (it[ch + "_" + a] !== undefined) td.appendChild(el("div", { class: "small" }, a + " " + it[ch + "_" + a]));
+        td.appendChild(raw(a + " explanation", it[ch + "_" + a + "_raw"]) || document.createTextNode(""));
+      });
+      return td;
+    }
+    td.appendChild(el("div", { class: "small" }, "keyword ", mark(it[ch + "_keyword_hit"]), " judge ", mark(it[ch + "_judge"])));
+    var explanation = raw("judge explanation", it[ch + "_judge_raw"]);
+    if (explanation) td.appendChild(explanation);
+    if (it[ch + "_judge_error"]) td.appendChild(el("div", { class: "problem" }, it[ch + "_judge_error"]));
+    return td;
+  }
+  function psrCell(it) {
+    var td = el("td", {});
+    (it.psr_words || []).forEach(function (w) {
+      td.appendChild(el("span", { class: w[1] ? "w-heard" : "w-missed", title: w[1] ? "heard" : "missed" }, w[0]));
+    });
+    if (it.psr_total) td.appendChild(el("div", { class: "small" }, it.psr_recognised + "/" + it.psr_total + " heard"));
+    return td;
+  }
+  function lsaCell(it) {
+    var td = el("td", {});
+    D.channels.forEach(function (ch) {
+      if (it[ch + "_language"] !== undefined || it[ch + "_lsa"] !== undefined)
+        td.appendChild(el("span", { class: "tag" }, ch + " " + (it[ch + "_language"] || "?") + " ", mark(it[ch + "_lsa"])));
+    });
+    return td;
+  }
+  function problems(it) {
+    var list = [it.problem, it.asr_error, it.asr_note, it.text_judge_error, it.speech_judge_error];
+    return list.filter(Boolean);
+  }
+  function judgeError(it) {
+    return Object.keys(it).some(function (k) { return /_error$/.test(k) && k !== "asr_error" && it[k]; }) ||
+      it.text_status === "judge_error" || it.speech_status === "judge_error";
+  }
+  var FILTERS = {
+    all: function () { return true; },
+    wrong_any: function (it) { return it.text_correct === false || it.speech_correct === false; },
+    text_right_speech_wrong: function (it) { return it.text_correct === true && it.speech_correct === false; },
+    judge_errors: judgeError,
+    problems: function (it) { return problems(it).length > 0; },
+  };
+  function haystack(set, it) {
+    var q = question(set, it.qid);
+    return [it.qid, q.question, answers(q), it.text, it.transcript].join("\n").toLowerCase();
+  }
+
+  // a paginated table: columns [{title, key (sort value) or null, cell(row) -> td}]
+  function Table(prefix, columns) {
+    this.prefix = prefix; this.columns = columns; this.rows = []; this.page = 0; this.sort = null;
+    var head = el("tr", {}), self = this;
+    columns.forEach(function (c, i) {
+      var th = el("th", c.key ? { class: "sortable" } : {}, c.title);
+      if (c.key) th.addEventListener("click", function () { self.sortBy(i, th); });
+      head.appendChild(th);
+    });
+    var thead = $(prefix + "-table").tHead; thead.textContent = ""; thead.appendChild(head);
+  }
+  Table.prototype.sortBy = function (i, th) {
+    var dir = this.sort && this.sort.i === i && this.sort.dir === 1 ? -1 : 1, key = this.columns[i].key;
+    this.sort = { i: i, dir: dir };
+    Array.prototype.forEach.call(th.parentNode.children, function (h) { h.classList.remove("sorted-asc", "sorted-desc"); });
+    th.classList.add(dir === 1 ? "sorted-asc" : "sorted-desc");
+    this.rows.sort(function (a, b) { var x = key(a), y = key(b); return (x < y ? -1 : x > y ? 1 : 0) * dir; });
+    this.page = 0; this.draw();
+  };
+  Table.prototype.show = function (rows, total) {
+    this.rows = rows; this.total = total; this.page = 0;
+    if (this.sort) { var i = this.sort.i; this.sort.dir = -this.sort.dir; this.sortBy(i, $(this.prefix + "-table").tHead.rows[0].cells[i]); }
+    else this.draw();
+  };
+  Table.prototype.draw = function () {
+    var body = $(this.prefix + "-table").tBodies[0], self = this, pages = Math.max(1, Math.ceil(this.rows.length / PAGE));
+    body.textContent = "";
+    this.rows.slice(this.page * PAGE, (this.page + 1) * PAGE).forEach(function (row) {
+      var tr = el("tr", { "data-qid": row.qid });
+      self.columns.forEach(function (c) { var td = c.cell(row); tr.appendChild(td.tagName === "TD" ? td : el("td", {}, td)); });
+      body.appendChild(tr);
+    });
+    $(this.prefix + "-count").textContent = this.rows.length + " of " + this.total + " shown" + (pages > 1 ? "; page " + (this.page + 1) + " of " + pages : "");
+    var pager = $(this.prefix + "-pager"); pager.textContent = "";
+    if (pages > 1) {
+      [["« first", 0], ["‹ previous", this.page - 1], ["next ›", this.page + 1], ["last »", pages - 1]].forEach(function (b) {
+        var button = el("button", {}, b[0]);
+        button.disabled = b[1] < 0 || b[1] >= pages || b[1] === self.page;
+        button.addEventListener("click", function () { self.page = b[1]; self.draw(); });
+        pager.appendChild(button);
+      });
+    }
+  };
+
+  function itemColumns(set) {
+    var qcell = function (it) { var q = question(set, it.qid); return el("td", {}, q.question || "", player(q.audio_url)); };
+    return [
+      { title: "Qid", key: function (it) { return it.qid; }, cell: function (it) { return el("td", {}, it.qid); } },
+      { title: "category", key: function (it) { return it.category || ""; }, cell: function (it) { return el("td", {}, it.category || ""); } },
+      { title: "question", key: null, cell: qcell },
+      { title: "expected", key: null, cell: function (it) { return el("td", {}, answers(question(set, it.qid))); } },
+      { title: "text response", key: null, cell: function (it) { return el("td", {}, it.text || ""); } },
+      { title: "spoken response / transcript", key: null, cell: function (it) {
+        return el("td", {}, player(it.audio_url), it.audio_label ? el("div", { class: "problem" }, "audio not here: " + it.audio_label) : null,
+          el("div", {}, it.transcript || "")); } },
+      { title: "text verdict", key: function (it) { return it.text_status || ""; }, cell: function (it) { return verdictCell(it, "text", set); } },
+      { title: "speech verdict", key: function (it) { return it.speech_status || ""; }, cell: function (it) { return verdictCell(it, "speech", set); } },
+      { title: "PSR (English words heard / missed)", key: function (it) { return it.psr_total ? it.psr_recognised / it.psr_total : -1; }, cell: psrCell },
+      { title: "LSA", key: null, cell: lsaCell },
+      { title: "problems", key: function (it) { return problems(it).length; }, cell: function (it) {
+        return el("td", {}, problems(it).map(function (p) { return el("div", { class: "problem" }, p); }).reduce(function (f, n) { f.appendChild(n); return f; }, document.createDocumentFragment())); } },
+    ];
+  }
+
+  var views = {};
+  function itemsView() {
+    var model = $("items-model").value, set = $("items-set").value;
+    var all = ((D.answers[model] || {})[set]) || [];
+    if (!views.items || views.items.set !== set) { views.items = new Table("items", itemColumns(set)); views.items.set = set; }
+    var f = FILTERS[$("items-filter").value], cat = $("items-category").value, st = $("items-status").value;
+    var needle = $("items-search").value.trim().toLowerCase();
+    views.items.show(all.filter(function (it) {
+      return f(it) && (!cat || it.category === cat) && (!st || it.text_status === st || it.speech_status === st) &&
+        (!needle || haystack(set, it).indexOf(needle) >= 0);
+    }), all.length);
+  }
+  function side(set, it) {
+    var q = question(set, (it || {}).qid);
+    if (!it) return el("td", { class: "none" }, "not scored");
+    return el("td", {}, el("div", {}, q.question || ""), player(q.audio_url), el("div", { class: "small" }, "text ", mark(it.text_correct), " speech ", mark(it.speech_correct)),
+      el("div", {}, it.text || ""), player(it.audio_url), el("div", { class: "small" }, it.transcript || ""));
+  }
+  function pairsView() {
+    var model = D.answers[$("pairs-model").value] || {}, index = {}, rows = [];
+    ["knowledge", "knowledge_en"].forEach(function (set, k) {
+      (model[set] || []).forEach(function (it) {
+        if (!index[it.qid]) { index[it.qid] = { qid: it.qid, category: it.category }; rows.push(index[it.qid]); }
+        index[it.qid][k ? "en" : "cs"] = it;
+      });
+    });
+    if (!views.pairs) views.pairs = new Table("pairs", [
+      { title: "Qid", key: function (r) { return r.qid; }, cell: function (r) { return el("td", {}, r.qid, el("div", { class: "small" }, r.category || "")); } },
+      { title: "knowledge (code-switched)", key: null, cell: function (r) { return side("knowledge", r.cs); } },
+      { title: "knowledge_en (English)", key: null, cell: function (r) { return side("knowledge_en", r.en); } },
+    ]);
+    var differ = $("pairs-filter").value === "differ", needle = $("pairs-search").value.trim().toLowerCase();
+    views.pairs.show(rows.filter(function (r) {
+      var d = !r.cs || !r.en || r.cs.text_correct !== r.en.text_correct || r.cs.speech_correct !== r.en.speech_correct;
+      return (!differ || d) && (!needle || [r.cs && haystack("knowledge", r.cs), r.en && haystack("knowledge_en", r.en)].join("\n").indexOf(needle) >= 0);
+    }), rows.length);
+  }
+  function modelsView() {
+    var set = $("models-set").value, index = {}, rows = [];
+    D.models.forEach(function (m) {
+      ((D.answers[m] || {})[set] || []).forEach(function (it) {
+        if (!index[it.qid]) { index[it.qid] = { qid: it.qid, by: {} }; rows.push(index[it.qid]); }
+        index[it.qid].by[m] = it;
+      });
+    });
+    var columns = [{ title: "Qid", key: function (r) { return r.qid; }, cell: function (r) { return el("td", {}, r.qid); } },
+      { title: "question", key: null, cell: function (r) { return el("td", {}, question(set, r.qid).question || ""); } }];
+    D.models.forEach(function (m) {
+      columns.push({ title: m, key: function (r) { var it = r.by[m] || {}; return (it.text_correct ? 2 : 0) + (it.speech_correct ? 1 : 0); }, cell: function (r) {
+        var it = r.by[m]; if (!it) return el("td", { class: "none" }, "–");
+        return el("td", { title: (it.text || "") + "\n— heard: " + (it.transcript || "") }, "text ", mark(it.text_correct), " speech ", mark(it.speech_correct)); } });
+    });
+    views.models = new Table("models", columns);
+    var disagree = $("models-filter").value === "disagree", needle = $("models-search").value.trim().toLowerCase();
+    views.models.show(rows.filter(function (r) {
+      var seen = {}; D.models.forEach(function (m) { var it = r.by[m] || {}; seen[it.text_correct + "/" + it.speech_correct] = 1; });
+      return (!disagree || Object.keys(seen).length > 1) && (!needle || (r.qid + "\n" + (question(set, r.qid).question || "")).toLowerCase().indexOf(needle) >= 0);
+    }), rows.length);
+  }
+
+  function showView() {
+    var id = (location.hash || "#leaderboard-view").slice(1);
+    if (!$(id) || !$(id).classList.contains("view")) id = "leaderboard-view";
+    Array.prototype.forEach.call(document.querySelectorAll("section.view"), function (s) { s.hidden = s.id !== id; });
+    Array.prototype.forEach.call(document.querySelectorAll("nav a"), function (a) { a.classList.toggle("active", a.dataset.view === id); });
+  }
+  function wire(ids, draw) { ids.forEach(function (id) { $(id).addEventListener(id.indexOf("search") > 0 ? "input" : "change", draw); }); draw(); }
+  function init() {
+    D = window.CS3_ITEMS;
+    options($("items-model"), D.models); options($("pairs-model"), D.models);
+    options($("items-set"), D.sets); options($("models-set"), D.sets);
+    options($("items-category"), D.categories, true); options($("items-status"), D.statuses, true);
+    wire(["items-model", "items-set", "items-filter", "items-category", "items-status", "items-search"], itemsView);
+    wire(["pairs-model", "pairs-filter", "pairs-search"], pairsView);
+    wire(["models-set", "models-filter", "models-search"], modelsView);
+    $("loading").hidden = true;
+    document.body.dataset.ready = "1";
+  }
+  window.addEventListener("hashchange", showView);
+  showView();
+  requestAnimationFrame(function () {
+    setTimeout(function () {
+      var s = document.createElement("script");
+      s.src = window.CS3_ITEMS_FILE; s.onload = init;
+      s.onerror = function () { $("loading").textContent = "could not load " + window.CS3_ITEMS_FILE + " (keep it next to index.html)"; };
+      document.body.appendChild(s);
+    }, 0);
+  });
+})();

@@ -1,0 +1,39 @@
+"""``cs3-bench report``: the leaderboard (``--out``: markdown, CSV, figure) and/or the HTML report
+(``--html``) across scored result dirs; ``--baseline MODEL`` marks every other model's differences to it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from cs3_tasks.report import html
+from cs3_tasks.report.compare import baseline_notes
+from cs3_tasks.report.leaderboard import write_leaderboard
+from cs3_tasks.report.results import load_results, summaries_of
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("result_dirs", nargs="+", type=Path, help="dirs written by `cs3-bench score`")
+    parser.add_argument("--out", type=Path, default=None, help="where to write the leaderboard and figure")
+    html.add_html_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.out is None and args.html is None:
+        print(
+            "error: say where to write: --out DIR (leaderboard) and/or --html DIR (report)", file=sys.stderr
+        )
+        return 2
+    try:
+        results = load_results(args.result_dirs)
+        notes = baseline_notes(results, args.baseline) if args.baseline else []
+        if args.out is not None:
+            print(write_leaderboard(Path(args.out), summaries_of(results), notes))
+        if args.html is not None:
+            index = html.write_html_report(args.html, args.result_dirs, html.settings_from_args(args))
+            print(f"wrote the HTML report {index} (open it in a browser; no server needed)", file=sys.stderr)
+    except (FileNotFoundError, ValueError) as exc:  # RecordsError is a ValueError
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0

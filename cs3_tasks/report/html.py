@@ -1,0 +1,158 @@
+"""``cs3-bench report --html OUT``: one static report folder that opens from file:// (no server, no network).
+
+OUT/index.html holds the leaderboard with CIs, the cs-vs-en table, the notes and the page's own CSS and JS
+(inlined from ``assets/``: no CDN). OUT/items.js holds every item once, as JSON (``window.CS3_ITEMS``); the
+page loads it after its first paint and renders the item tables from it, paginated (item table per model and
+set with filters, sorting and search; one Qid in knowledge and knowledge_en side by side; one row per Qid
+across models). Response audio is referenced by a path relative to OUT; question clips are written under
+OUT/audio/<set>/ once. Also written by ``cs3-bench demo`` and ``cs3-bench score --outputs-root``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from html import escape
+from importlib import resources
+from pathlib import Path
+
+from cs3_tasks.core.cache import atomic_write
+from cs3_tasks.core.data import CATEGORIES, SETS
+from cs3_tasks.report import items, tables
+from cs3_tasks.report.compare import baseline_comparisons
+from cs3_tasks.report.leaderboard import leaderboard_rows
+from cs3_tasks.report.results import ModelResults, load_results, summaries_of
+from cs3_tasks.scoring.records import CHANNELS, STATUSES
+
+ITEMS_FILE = "items.js"
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    """What the report shows besides the result dirs."""
+
+    dataset: str | None = None  # questions, answers and question audio: a build dir, "demo" or a Hub id
+    baseline: str | None = None  # model the others are compared with (paired CI + McNemar)
+    title: str = "CS3-Bench report"
+
+
+def dataset_items(set_name: str, location: str | None, out: Path) -> tuple[dict[str, dict], str | None]:
+    """Question rows of one set (with question audio written under OUT when the dataset has it), and a
+    note when the questions cannot be shown."""
+    from cs3_tasks.core import data
+
+    if location is None:
+        return {}, f"{set_name}: questions not shown (no dataset given: --dataset or ${data.DATASET_ENV})"
+    try:
+        dataset = data.load_set(set_name, location)
+    except Exception:  # not a build with audio (a source dir / JSON file), or not reachable
+        try:
+            return items.question_rows(data.load_docs(set_name, location)), None
+        except Exception as exc:  # noqa: BLE001 - the report is still useful without the questions
+            return {}, f"{set_name}: questions not shown ({type(exc).__name__}: {exc})"
+    rows = items.question_rows([{k: v for k, v in r.items() if k != "audio"} for r in dataset])
+    if "audio" in dataset.column_names:
+        items.write_question_audio(rows, set_name, dataset.select_columns(["Qid", "audio"]), out)
+    return rows, None
+
+
+def report_data(
+    results: Mapping[str, ModelResults], out: Path, settings: ReportSettings
+) -> tuple[dict, list[str]]:
+    """The JSON of items.js and the notes about what could not be shown."""
+    scored_sets = [s for s in SETS if any(s in r.records for r in results.values())]
+    questions, notes = {}, []
+    for set_name in scored_sets:
+        questions[set_name], note = dataset_items(set_name, settings.dataset, out)
+        if note:
+            notes.append(note)
+    answers = {
+        name: {s: [items.item_row(r, out) for r in records] for s, records in entry.records.items()}
+        for name, entry in results.items()
+    }
+    data = {
+        "models": list(results),
+        "sets": scored_sets,
+        "channels": list(CHANNELS),
+        "categories": list(CATEGORIES),
+        "statuses": list(STATUSES),
+        "baseline": settings.baseline,
+        "questions": questions,
+        "answers": answers,
+    }
+    return data, notes
+
+
+def _asset(name: str) -> str:
+    return resources.files("cs3_tasks.report").joinpath("assets", name).read_text(encoding="utf-8")
+
+
+def render_index(results: Mapping[str, ModelResults], settings: ReportSettings, notes: Sequence[str]) -> str:
+    rows = leaderboard_rows(summaries_of(results))
+    versus = baseline_comparisons(results, settings.baseline) if settings.baseline else {}
+    slots = {
+        "title": escape(settings.title),
+        "css": _asset("report.css"),
+        "js": _asset("report.js"),
+        "leaderboard": tables.leaderboard_table(rows, results, versus),
+        "baseline": tables.baseline_table(settings.baseline, versus) if settings.baseline else "",
+        "cs_vs_en": tables.cs_vs_en_table(results),
+        "notes": tables.notes_list(results, notes),
+        "items_file": ITEMS_FILE,
+    }
+    page = _asset("report.html")
+    for name, value in slots.items():
+        page = page.replace(f"<!--slot:{name}-->", value)
+    return page
+
+
+def write_html_report(out: Path, result_dirs: Sequence[Path], settings: ReportSettings | None = None) -> Path:
+    """Write the report folder for the result dirs; returns OUT/index.html. Raises FileNotFoundError /
+    ValueError (named dir or file) on unreadable results; nothing outside OUT is touched."""
+    settings = settings or ReportSettings()
+    out = Path(out)
+    results = load_results(result_dirs)
+    out.mkdir(parents=True, exist_ok=True)
+    data, notes = report_data(results, out, settings)
+    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    atomic_write(out / ITEMS_FILE, f"window.CS3_ITEMS={payload};\n")
+    index = out / "index.html"
+    atomic_write(index, render_index(results, settings, notes))
+    return index
+
+
+def add_html_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--html", type=Path, default=None, help="also write the HTML report folder here")
+    parser.add_argument(
+        "--dataset",
+        default=None,
+        help="dataset for the questions, answers and question audio in the HTML report: a build dir, "
+        "'demo' or a Hub id (default $CS3_BENCH_DATASET; none: the report shows Qids only)",
+    )
+    parser.add_argument("--baseline", default=None, help="model to mark the others' differences against")
+
+
+def settings_from_args(args: argparse.Namespace) -> ReportSettings:
+    from cs3_tasks.core.data import DATASET_ENV
+
+    return ReportSettings(dataset=args.dataset or os.environ.get(DATASET_ENV) or None, baseline=args.baseline)
+
+
+def write_report_quietly(out: Path, result_dirs: Sequence[Path], dataset: str | None) -> None:
+    """For the commands that write a report after their main job (demo, score --outputs-root): a report
+    that cannot be written is an error message, never a lost result. ``dataset``: what the scores were
+    computed on (None: the default dataset, as `core.data.dataset_location` resolves it)."""
+    from cs3_tasks.core.data import dataset_location
+
+    if not result_dirs:
+        return
+    try:
+        index = write_html_report(out, result_dirs, ReportSettings(dataset=dataset_location(dataset)))
+    except Exception as exc:  # noqa: BLE001 - the scores are already written
+        print(f"error: the HTML report was not written ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return
+    print(f"wrote the HTML report {index}", file=sys.stderr)

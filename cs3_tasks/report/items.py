@@ -1,0 +1,101 @@
+"""The per-item data of the HTML report: what each model answered, heard and was judged, item by item.
+
+Everything here is plain JSON-able dicts: the question side once per set and Qid (`question_rows`), the
+answer side once per model, set and Qid (`item_row`). Audio is referenced by a path relative to the report
+folder, so the folder opens from file:// with no server: responses where the scorer found them, question
+clips written once under ``audio/<set>/`` (`write_question_audio`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from cs3_tasks.core.text import english_words
+
+# record keys the report does not show per item (identity shown elsewhere, or replaced by a url)
+NOT_SHOWN = frozenset({"set", "protocol", "audio"})
+AUDIO_SUFFIXES = {b"fLaC": ".flac", b"RIFF": ".wav", b"OggS": ".ogg", b"ID3": ".mp3"}
+
+
+def psr_words(text_response: str | None, transcript: str | None) -> list[list]:
+    """``[[word, heard], ...]``: each English word of the text response, in order, marked heard (1) while
+    the transcript still has an unmatched copy of it (the count-aware overlap `metrics.pronunciation_counts`
+    counts), else missed (0)."""
+    left = Counter(english_words(transcript or ""))
+    marked = []
+    for word in english_words(text_response or ""):
+        heard = left[word] > 0
+        left[word] -= heard
+        marked.append([word, int(heard)])
+    return marked
+
+
+def relative_url(path: str | None, report_dir: Path) -> str | None:
+    """A file path as a URL relative to the report folder (posix separators), or None when not a file."""
+    if not path or not Path(path).is_file():
+        return None
+    return Path(os.path.relpath(Path(path).resolve(), Path(report_dir).resolve())).as_posix()
+
+
+def item_row(record: Mapping, report_dir: Path) -> dict:
+    """One model's item, as the report shows it: the record without None values, plus ``audio_url``
+    (response audio) and ``psr_words`` (English words of the text response, heard or missed)."""
+    row = {k: v for k, v in record.items() if v is not None and k not in NOT_SHOWN}
+    url = relative_url(record.get("audio"), report_dir)
+    if url:
+        row["audio_url"] = url
+    elif record.get("audio"):  # a path that is not here (moved, or in-memory audio): say what it was
+        row["audio_label"] = str(record["audio"])
+    if record.get("psr_total"):
+        row["psr_words"] = psr_words(record.get("text"), record.get("transcript"))
+    return row
+
+
+def question_row(doc: Mapping) -> dict:
+    """The question side of an item: text, category, expected answers (every ``Answer*`` field)."""
+    row: dict = {"question": doc.get("Question") or ""}
+    if doc.get("Category"):
+        row["category"] = doc["Category"]
+    answers = {k: v for k, v in doc.items() if k.startswith("Answer") and v}
+    if answers:
+        row["answers"] = answers
+    return row
+
+
+def question_rows(docs: Sequence[Mapping]) -> dict[str, dict]:
+    return {str(doc["Qid"]): question_row(doc) for doc in docs if doc.get("Qid") is not None}
+
+
+def audio_suffix(data: bytes, name: str | None) -> str:
+    """The file suffix of encoded audio: from its magic bytes, else its stored name, else .wav."""
+    for magic, suffix in AUDIO_SUFFIXES.items():
+        if data.startswith(magic):
+            return suffix
+    return Path(name).suffix if name and Path(name).suffix else ".wav"
+
+
+def write_question_audio(rows: Mapping[str, dict], set_name: str, clips: Sequence[Mapping], out: Path) -> int:
+    """Write each question clip (``{"Qid", "audio": {"bytes", "path"}}``) to ``out/audio/<set>/`` once and
+    set ``audio_url`` on its question row; returns the number written. A file already holding the same
+    bytes is left alone, so re-writing a report does not touch unchanged clips."""
+    from cs3_tasks.core.cache import atomic_write
+
+    folder = Path(out) / "audio" / set_name
+    written = 0
+    for clip in clips:
+        qid, audio = str(clip.get("Qid")), clip.get("audio") or {}
+        data = audio.get("bytes") if isinstance(audio, Mapping) else None
+        if qid not in rows or not data:
+            continue
+        # the file name is made of the Qid: keep it to safe characters
+        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in qid)
+        path = folder / f"{safe}{audio_suffix(data, audio.get('path'))}"
+        if not (path.is_file() and path.read_bytes() == data):
+            folder.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, data)
+            written += 1
+        rows[qid]["audio_url"] = path.relative_to(out).as_posix()
+    return written

@@ -1,0 +1,77 @@
+"""Scored result dirs read back for reports and comparisons: each model's summaries and per-item records.
+
+A result dir (written by ``cs3-bench score`` or ``cs3-bench demo``) holds ``<set>.summary.json`` and
+``<set>.records.jsonl`` per scored set. The records file is an append log while a run is going: the last
+record of a Qid is the one that counts (as `scoring` compacts it when the run finishes).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cs3_tasks.core.data import KNOWLEDGE_SETS
+from cs3_tasks.report.leaderboard import load_summaries
+
+
+@dataclass
+class ModelResults:
+    """One system's scored sets, from one or several result dirs."""
+
+    name: str
+    summaries: dict[str, dict] = field(default_factory=dict)  # set -> summary
+    records: dict[str, list[dict]] = field(default_factory=dict)  # set -> records, in file order
+    result_dirs: dict[str, Path] = field(default_factory=dict)  # set -> the dir it came from
+
+
+class RecordsError(ValueError):
+    """A records file that cannot be read; the message names the file and line."""
+
+
+def read_records(result_dir: Path, set_name: str) -> list[dict] | None:
+    """The records of one set in a result dir (last record of a Qid wins), or None when there is no file."""
+    path = Path(result_dir) / f"{set_name}.records.jsonl"
+    if not path.is_file():
+        return None
+    by_qid: dict[str, dict] = {}
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise RecordsError(f"{path}:{number}: not a JSON record ({exc.msg})") from None
+            if not isinstance(record, dict) or "qid" not in record:
+                raise RecordsError(f"{path}:{number}: a record needs a 'qid'")
+            by_qid.pop(str(record["qid"]), None)  # re-insert: the order is that of the last write
+            by_qid[str(record["qid"])] = record
+    return list(by_qid.values())
+
+
+def load_results(result_dirs: Sequence[Path]) -> dict[str, ModelResults]:
+    """model -> its summaries and records, from every scored set in the dirs (model name as in
+    `leaderboard.load_summaries`; the same errors for missing dirs and a set given twice)."""
+    results: dict[str, ModelResults] = {}
+    for result_dir in result_dirs:
+        for model, summaries in load_summaries([Path(result_dir)]).items():
+            entry = results.setdefault(model, ModelResults(model))
+            for set_name, summary in summaries.items():
+                if set_name in entry.summaries:
+                    raise ValueError(f"two {set_name} summaries for model {model!r} (second in {result_dir})")
+                entry.summaries[set_name] = summary
+                entry.records[set_name] = read_records(Path(result_dir), set_name) or []
+                entry.result_dirs[set_name] = Path(result_dir)
+    return results
+
+
+def summaries_of(results: dict[str, ModelResults]) -> dict[str, dict[str, dict]]:
+    """model -> set -> summary: what `leaderboard.write_leaderboard` takes."""
+    return {name: dict(entry.summaries) for name, entry in results.items()}
+
+
+def knowledge_sets(results: dict[str, ModelResults]) -> list[str]:
+    """The knowledge sets scored for at least one model, in `KNOWLEDGE_SETS` order."""
+    return [s for s in KNOWLEDGE_SETS if any(s in r.records for r in results.values())]

@@ -1,0 +1,117 @@
+"""The HTML report's files without a browser (tests/test_report_browser.py opens them in Chromium), the
+`cs3-bench report --html` / `compare` commands, and the per-item pieces (PSR word marks, audio paths)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from demo_results import read_items, score_demo
+
+from cs3_tasks import cli
+from cs3_tasks.report import items
+from cs3_tasks.report.html import ReportSettings, write_html_report
+from cs3_tasks.scoring.records import blank_record
+from cs3_tasks.scoring.summary import summarize, write_summary
+
+
+@pytest.fixture
+def results(tmp_path, fake_asr) -> Path:
+    return score_demo(fake_asr, tmp_path / "results")
+
+
+def test_score_outputs_root_writes_a_self_contained_report(results):
+    report = results / "report"
+    page = (report / "index.html").read_text(encoding="utf-8")
+    # nothing from the network: no external script, style, font or image
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
+    assert "<link" not in page and 'src="items.js"' not in page and 'CS3_ITEMS_FILE = "items.js"' in page
+    data = read_items(report)
+    assert data["models"] == ["demo-strong", "demo-weak"]
+    assert data["sets"] == ["knowledge", "knowledge_en", "open_ended"]
+    for set_name in data["sets"]:
+        questions = data["questions"][set_name]
+        assert len(questions) == (12 if set_name == "open_ended" else 24)
+        for q in questions.values():  # the demo dataset has question audio: written next to the report
+            assert (report / q["audio_url"]).is_file() and q["question"]
+        for model in data["models"]:
+            for row in data["answers"][model][set_name]:
+                assert (report / row["audio_url"]).resolve().is_file(), row["qid"]
+    knowledge = data["questions"]["knowledge"]["demo_knowledge-000"]
+    assert knowledge["answers"] == {"Answer_zh": "坦桑尼亚", "Answer_en": "Tanzania"}
+
+
+def test_report_command_baseline_marks_and_errors(results, tmp_path, capsys):
+    out = tmp_path / "html"
+    dirs = [str(results / "demo-strong"), str(results / "demo-weak")]
+    argv = ["report", *dirs, "--html", str(out), "--dataset", "demo", "--baseline", "demo-weak"]
+    assert cli.main([*argv, "--out", str(tmp_path / "board")]) == 0
+    board = (tmp_path / "board" / "leaderboard.md").read_text(encoding="utf-8")
+    assert "Differences to the baseline demo-weak" in board and "- demo-strong: knowledge text" in board
+    page = (out / "index.html").read_text(encoding="utf-8")
+    assert 'id="baseline"' in page and 'class="vs"' in page
+    assert cli.main(["report", *dirs]) == 2  # nowhere to write
+    assert cli.main([*argv[:-1], "nobody"]) == 2
+    assert "'nobody' is not among the models" in capsys.readouterr().err
+    assert cli.main(["report", str(tmp_path / "missing"), "--html", str(out)]) == 2
+
+
+def test_compare_prints_difference_ci_mcnemar(results, capsys):
+    assert cli.main(["compare", str(results / "demo-strong"), str(results / "demo-weak")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line for line in lines if line.startswith("| knowledge")]
+    assert len(rows) == 4  # knowledge and knowledge_en, text and speech
+    assert lines[0].startswith("demo-strong - demo-weak")
+    assert cli.main(["compare", str(results / "demo-strong"), str(results / "nowhere")]) == 2
+
+
+def test_hostile_text_stays_text_and_missing_audio_is_named(tmp_path):
+    record = blank_record("knowledge", "q-1", "Acoustic", None)
+    record.update(
+        text="</script><img src=x onerror=alert(1)> Tanzania",
+        text_correct=True,
+        text_status="keyword",
+        audio=str(tmp_path / "gone.wav"),
+        transcript="坦桑尼亚",
+        speech_correct=False,
+        speech_status="unresolved",
+        psr_recognised=0,
+        psr_total=1,
+    )
+    result = tmp_path / "evil<model>"
+    result.mkdir()
+    (result / "knowledge.records.jsonl").write_text(json.dumps(record) + "\n", encoding="utf-8")
+    summary = summarize("knowledge", [record])
+    summary["model"] = "evil<b>model</b>"
+    write_summary(result, summary)
+    index = write_html_report(tmp_path / "report", [result], ReportSettings(dataset=None))
+    page = index.read_text(encoding="utf-8")
+    assert "<b>model</b>" not in page and "evil&lt;b&gt;model&lt;/b&gt;" in page
+    assert "questions not shown (no dataset given" in page
+    (row,) = read_items(tmp_path / "report")["answers"]["evil<b>model</b>"]["knowledge"]
+    assert row["audio_label"].endswith("gone.wav") and "audio_url" not in row
+    assert row["psr_words"][-1] == ["tanzania", 0]  # "Tanzania" was written, not heard
+
+
+def test_psr_words_follow_the_count_aware_overlap():
+    assert items.psr_words("Python and python, then Java", "我学 python 和 C") == [
+        ["python", 1],
+        ["and", 0],
+        ["python", 0],
+        ["then", 0],
+        ["java", 0],
+    ]
+    assert items.psr_words("", "anything") == []
+
+
+def test_audio_suffix_and_relative_url(tmp_path):
+    assert items.audio_suffix(b"fLaC....", None) == ".flac"
+    assert items.audio_suffix(b"RIFF....", "x.flac") == ".wav"
+    assert items.audio_suffix(b"\x00\x01", "clip.mp3") == ".mp3"
+    clip = tmp_path / "a" / "b c.wav"
+    clip.parent.mkdir()
+    clip.write_bytes(b"RIFF")
+    assert items.relative_url(str(clip), tmp_path / "report") == "../a/b c.wav"
+    assert items.relative_url(str(tmp_path / "none.wav"), tmp_path) is None
