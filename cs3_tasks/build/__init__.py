@@ -1,0 +1,1 @@
+"""building the dataset: TTS, ASR QC, parquet and card; offline voices and LLM."""
