@@ -111,7 +111,9 @@ def test_cascade_with_tiny_hf_llm(asr_ready, query_wavs, tiny_llm_dir, tmp_path,
     )
     prompts = []
     original = lm._generate_hf
-    monkeypatch.setattr(lm, "_generate_hf", lambda convs: (prompts.extend(convs), original(convs))[1])
+    monkeypatch.setattr(
+        lm, "_generate_hf", lambda convs, gen: (prompts.extend(convs), original(convs, gen))[1]
+    )
     out = lm.generate_until([instance(f"q{i}", path, i) for i, path in enumerate(query_wavs)])
 
     assert len(prompts) == 2 and "capital" in prompts[0][-1]["content"].lower()
@@ -155,10 +157,10 @@ def test_cascade_saves_each_answer_before_asking_for_the_next(tiny_llm_dir, tmp_
     lm = make_lm(resume=False)
     original = lm._generate_hf
 
-    def killed_at_the_third(conversations):
+    def killed_at_the_third(conversations, gen):
         if "q2" in conversations[0][-1]["content"]:
             raise KeyboardInterrupt  # not an item failure: the run stops here, as a kill would
-        return original(conversations)
+        return original(conversations, gen)
 
     monkeypatch.setattr(lm, "_generate_hf", killed_at_the_third)
     with pytest.raises(KeyboardInterrupt):
@@ -168,7 +170,7 @@ def test_cascade_saves_each_answer_before_asking_for_the_next(tiny_llm_dir, tmp_
     lm = make_lm(resume=True)
     asked = []
     original = lm._generate_hf
-    monkeypatch.setattr(lm, "_generate_hf", lambda convs: (asked.extend(convs), original(convs))[1])
+    monkeypatch.setattr(lm, "_generate_hf", lambda convs, gen: (asked.extend(convs), original(convs, gen))[1])
     out = lm.generate_until(requests)
     assert [conv[-1]["content"] for conv in asked] == ["question q2"]
     assert all(decode_response(response)[0] == "answer" for response in out)
@@ -190,7 +192,7 @@ def test_a_tts_failure_fails_the_speech_channel_and_keeps_the_text(tiny_llm_dir,
     monkeypatch.setattr(lm, "transcribe", lambda reqs: [f"question {r.qid}" for r in reqs])
     # q2-q4 are spoken: 2 failures of 5 leave an incomplete run, not a mostly failed one (RunMostlyFailed)
     answers = {"question q0": "Paris", "question q1": "", **{f"question q{i}": "Rome" for i in (2, 3, 4)}}
-    monkeypatch.setattr(lm, "_generate_hf", lambda convs: [answers[c[-1]["content"]] for c in convs])
+    monkeypatch.setattr(lm, "_generate_hf", lambda convs, gen: [answers[c[-1]["content"]] for c in convs])
 
     def speak(text):
         if text != "Rome":

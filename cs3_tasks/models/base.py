@@ -56,6 +56,47 @@ class SpeechRequest:
     instruction: str  # the context lm-eval built (doc_to_text); may be ""
     audio: AudioSource | None  # the query audio as the task gave it (bytes or a path)
     gen_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    # the doc's language pair (conversation tasks such as belle_s2s_zh2en): the task scores the answer's
+    # language, which its instruction names; None on the cs3 sets
+    pair: str | None = None
+
+
+@dataclass(frozen=True)
+class Generation:
+    """lm-eval's generation kwargs of a request (the task's ``generation_kwargs`` updated by
+    ``--gen_kwargs``), in the terms a wrapper's decoder needs."""
+
+    max_tokens: int | None  # lm-eval's max_gen_toks; None when the task gives none
+    until: tuple[str, ...]  # stop strings
+    do_sample: bool
+    temperature: float
+
+    def cap(self, model_arg: int | None) -> int | None:
+        """The token cap of this request: the smaller of lm-eval's max_gen_toks and a wrapper's own
+        ``max_new_tokens`` model_arg (either may be absent)."""
+        caps = [int(cap) for cap in (self.max_tokens, model_arg) if cap]
+        return min(caps) if caps else None
+
+    def cut(self, text: str) -> str:
+        """``text`` up to the first stop string of ``until`` (lm-eval's rule for generate_until)."""
+        for stop in self.until:
+            if stop and stop in text:
+                text = text.split(stop, 1)[0]
+        return text
+
+
+def generation(gen_kwargs: Mapping[str, Any]) -> Generation:
+    """The Generation of lm-eval's gen_kwargs (greedy unless do_sample is true)."""
+    until = gen_kwargs.get("until") or ()
+    until = (until,) if isinstance(until, str) else tuple(str(stop) for stop in until)
+    max_tokens = gen_kwargs.get("max_gen_toks")
+    do_sample = as_bool(gen_kwargs.get("do_sample", False))
+    return Generation(
+        max_tokens=int(max_tokens) if max_tokens not in (None, "") else None,
+        until=until,
+        do_sample=do_sample,
+        temperature=float(gen_kwargs.get("temperature") or 0.0) if do_sample else 0.0,
+    )
 
 
 @dataclass
@@ -102,6 +143,7 @@ def speech_request(instance: Any, index: int) -> SpeechRequest:
         instruction=context if isinstance(context, str) else "",
         audio=audio,
         gen_kwargs=dict(gen_kwargs),
+        pair=str(doc["cs3_pair"]) if doc.get("cs3_pair") else None,
     )
 
 
@@ -195,6 +237,10 @@ class SpeechLM(DataParallelLM):
     def label(self) -> str:
         """Names the default output directory ./cs3_outputs/<label>."""
         return self.model_name
+
+    def run_name(self) -> str:
+        """What lm-eval's results folder is named after (``DataParallelLM.create_from_arg_obj``)."""
+        return self.named_run or self.label()
 
     def default_batch_size(self) -> int:
         return 1

@@ -15,8 +15,15 @@ cached), then the LLM (HF: batches of ``batch_size``; endpoint: a bounded thread
 answered.
 A failure at any stage fails only that item.
 
-The LLM sees what a listener heard: the ASR transcript as the user turn. ``send_instruction=true``
-prepends the task's instruction (written for audio models) to it.
+The LLM sees what a listener heard: the ASR transcript as the user turn. The task's instruction is
+prepended to it where it carries what the task measures (``send_instruction=auto``, the default): on the
+conversation tasks (``belle_s2s_zh2en``: "... answer it in English", the answer language is scored), not on
+the cs3 sets (their instruction only says "answer the question in the audio"); ``true``/``false`` force it.
+
+Decoding follows lm-eval's gen_kwargs (the task's ``generation_kwargs``, updated by ``--gen_kwargs``):
+``max_gen_toks`` caps each answer (512 in every cs3 task; ``max_new_tokens=N`` caps it further), ``until``
+cuts it at a stop string (sent as ``stop`` to an endpoint), ``do_sample``/``temperature`` choose greedy or
+sampled decoding. Every model_arg: docs/models.md.
 """
 
 from __future__ import annotations
@@ -31,17 +38,22 @@ from lm_eval.api.registry import register_model
 
 from cs3_tasks.core.chat_api import RetryPolicy, chat, chat_url
 from cs3_tasks.models.base import (
+    Generation,
     ItemError,
     Outcome,
     SpeechLM,
     SpeechReply,
     SpeechRequest,
     as_bool,
-    chunked,
+    generation,
     pick_device,
 )
 
 log = logging.getLogger(__name__)
+
+# the answer's token cap when neither lm-eval's max_gen_toks nor max_new_tokens gives one
+FALLBACK_MAX_NEW_TOKENS = 512
+SEND_INSTRUCTION = ("auto", "true", "false")
 
 
 @register_model("cs3-cascade")
@@ -56,8 +68,8 @@ class CascadeLM(SpeechLM):
         llm_api_key_env: str = "OPENAI_API_KEY",
         llm_gguf_file: str | None = None,
         system_prompt: str | None = None,
-        send_instruction: bool = False,
-        max_new_tokens: int = 512,
+        send_instruction: bool | str = "auto",
+        max_new_tokens: int | None = None,
         dtype: str = "auto",
         asr_model: str | None = None,
         asr_backend: str | None = None,
@@ -85,8 +97,13 @@ class CascadeLM(SpeechLM):
         self.llm_name = str(llm or llm_model)
         super().__init__(**kwargs)
         self.system_prompt = system_prompt or None
-        self.send_instruction = as_bool(send_instruction)
-        self.max_new_tokens = int(max_new_tokens)
+        if str(send_instruction).strip().lower() == "auto":
+            self.send_instruction: bool | None = None  # per request: when the doc has a language pair
+        elif str(send_instruction).strip().lower() in SEND_INSTRUCTION or isinstance(send_instruction, bool):
+            self.send_instruction = as_bool(send_instruction)
+        else:
+            raise ValueError(f"cs3-cascade: send_instruction must be one of {SEND_INSTRUCTION}")
+        self.max_new_tokens = int(max_new_tokens) if max_new_tokens else None
         # default device: this rank's GPU when there is one (cs3_tasks.asr.asr_device)
         self.asr = {
             "model": asr_model,
@@ -148,10 +165,14 @@ class CascadeLM(SpeechLM):
                 results[i] = transcript.text.strip()
         return results
 
+    def sends_instruction(self, req: SpeechRequest) -> bool:
+        """Whether the LLM gets the task's instruction with this request (see the module docstring)."""
+        return req.pair is not None if self.send_instruction is None else self.send_instruction
+
     def messages(self, req: SpeechRequest, transcript: str) -> list[dict]:
         user = (
             f"{req.instruction.strip()}\n\n{transcript}"
-            if self.send_instruction and req.instruction.strip()
+            if self.sends_instruction(req) and req.instruction.strip()
             else transcript
         )
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
@@ -163,26 +184,32 @@ class CascadeLM(SpeechLM):
         """(position, answer or the exception of that item), as each answer exists: an endpoint's in
         completion order, HF's batch by batch, so the caller saves each before the next is asked for."""
         conversations = [self.messages(req, text) for req, text in zip(requests, transcripts)]
+        settings = [generation(req.gen_kwargs) for req in requests]
         if self.endpoint is not None:
             with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
-                futures = {pool.submit(self._ask_endpoint, conv): i for i, conv in enumerate(conversations)}
+                futures = {
+                    pool.submit(self._ask_endpoint, conv, gen): i
+                    for i, (conv, gen) in enumerate(zip(conversations, settings))
+                }
                 for future in as_completed(futures):
                     yield futures[future], future.exception() or future.result()
             return
-        start = 0
-        for batch in chunked(conversations, self.batch_size):
+        for start, stop in same_generation_batches(settings, self.batch_size):
+            batch, gen = conversations[start:stop], settings[start]
             try:
-                answers: list[str | BaseException] = list(self._generate_hf(batch))
+                answers: list[str | BaseException] = list(self._generate_hf(batch, gen))
             except Exception as error:  # noqa: BLE001 - retried one by one so one item cannot sink a batch
-                answers = [error] if len(batch) == 1 else [self._generate_one(conv) for conv in batch]
+                answers = [error] if len(batch) == 1 else [self._generate_one(conv, gen) for conv in batch]
             yield from enumerate(answers, start)
-            start += len(batch)
 
-    def _generate_one(self, conversation: list[dict]) -> str | BaseException:
+    def _generate_one(self, conversation: list[dict], gen: Generation) -> str | BaseException:
         try:
-            return self._generate_hf([conversation])[0]
+            return self._generate_hf([conversation], gen)[0]
         except Exception as error:  # noqa: BLE001 - recorded for this item only
             return error
+
+    def token_cap(self, gen: Generation) -> int:
+        return gen.cap(self.max_new_tokens) or FALLBACK_MAX_NEW_TOKENS
 
     def speak(self, text: str) -> SpeechReply:
         from cs3_tasks.build.tts import synthesize
@@ -215,14 +242,16 @@ class CascadeLM(SpeechLM):
 
     # -- LLM backends ---------------------------------------------------------------------------
 
-    def _ask_endpoint(self, conversation: list[dict]) -> str:
+    def _ask_endpoint(self, conversation: list[dict], gen: Generation) -> str:
         e = self.endpoint
-        body = {
+        body: dict[str, Any] = {
             "model": e["model"],
             "messages": conversation,
-            "max_tokens": self.max_new_tokens,
-            "temperature": 0,
+            "max_tokens": self.token_cap(gen),
+            "temperature": gen.temperature,
         }
+        if gen.until:
+            body["stop"] = list(gen.until)
         reply = chat(
             e["url"],
             body,
@@ -235,7 +264,7 @@ class CascadeLM(SpeechLM):
             content = reply["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError) as error:
             raise ItemError(f"malformed chat-completions reply: {str(reply)[:300]}") from error
-        return (content or "").strip()
+        return gen.cut(content or "").strip()
 
     def _load_hf(self, path: str, dtype: str, gguf_file: str | None = None):
         import torch
@@ -259,7 +288,7 @@ class CascadeLM(SpeechLM):
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **gguf).to(device).eval()
         return {"model": model, "tokenizer": tokenizer, "device": device}
 
-    def _generate_hf(self, conversations: Sequence[list[dict]]) -> list[str]:
+    def _generate_hf(self, conversations: Sequence[list[dict]], gen: Generation) -> list[str]:
         import torch
 
         tokenizer, model = self.hf["tokenizer"], self.hf["model"]
@@ -269,15 +298,31 @@ class CascadeLM(SpeechLM):
         ]
         inputs = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         inputs = {k: v.to(self.hf["device"]) for k, v in inputs.items()}
+        sampling = {"do_sample": False}
+        if gen.do_sample:
+            sampling = {"do_sample": True, "temperature": gen.temperature}
         with torch.inference_mode():
             output = model.generate(
                 **inputs,
-                max_new_tokens=self.max_new_tokens,
-                do_sample=False,
+                max_new_tokens=self.token_cap(gen),
                 pad_token_id=tokenizer.pad_token_id,
+                **sampling,
             )
         new_tokens = output[:, inputs["input_ids"].shape[1] :]
-        return [text.strip() for text in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
+        texts = tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+        return [gen.cut(text).strip() for text in texts]
+
+
+def same_generation_batches(settings: Sequence[Generation], size: int) -> Iterator[tuple[int, int]]:
+    """(start, stop) of consecutive batches of at most ``size`` requests that share one Generation (one
+    ``generate`` call decodes a batch with one setting)."""
+    size, start = max(1, int(size)), 0
+    while start < len(settings):
+        stop = start + 1
+        while stop < len(settings) and stop - start < size and settings[stop] == settings[start]:
+            stop += 1
+        yield start, stop
+        start = stop
 
 
 def _offline_llm() -> tuple[str, None]:

@@ -40,7 +40,15 @@ from lm_eval.api.registry import register_model
 
 from cs3_tasks.core.audio import SAMPLE_RATE
 from cs3_tasks.core.chat_api import EndpointError, RetryPolicy, chat, chat_url
-from cs3_tasks.models.base import ItemError, Outcome, SpeechLM, SpeechReply, SpeechRequest, as_bool
+from cs3_tasks.models.base import (
+    ItemError,
+    Outcome,
+    SpeechLM,
+    SpeechReply,
+    SpeechRequest,
+    as_bool,
+    generation,
+)
 
 log = logging.getLogger(__name__)
 
@@ -227,9 +235,12 @@ class OpenAIAudioLM(SpeechLM):
             "audio": {"voice": self.voice, "format": "wav"},
             "messages": build_messages(instruction, wav_base64(audio), self.system_prompt, self.input_part),
         }
-        temperature = req.gen_kwargs.get("temperature")
-        if temperature is not None:
-            body["temperature"] = float(temperature)
+        # lm-eval's gen_kwargs: greedy unless do_sample, stop strings as `stop`. Its max_gen_toks is not
+        # sent: an audio reply's tokens count against max_tokens (model_arg max_tokens sets it)
+        gen = generation(req.gen_kwargs)
+        body["temperature"] = gen.temperature
+        if gen.until:
+            body["stop"] = list(gen.until)
         if self.max_tokens:
             body["max_tokens"] = self.max_tokens
         return body

@@ -68,6 +68,10 @@ class PrecomputedLM(DataParallelLM):
         self.text_only = as_bool(text_only)
         self._outputs: dict[str, dict] = {}
 
+    def run_name(self) -> str:
+        """lm-eval's results folder is named after the outputs folder (``DataParallelLM``)."""
+        return self.named_run or self.outputs_dir.name
+
     def set_cache_hook(self, cache_hook: Any) -> None:
         """lm-eval's ``--use_cache`` keys answers by the request alone, and every outputs folder gets the
         same requests: the cache is bound to one outputs folder (a marker entry), another folder refuses."""

@@ -24,7 +24,15 @@ from typing import Any
 from lm_eval.api.registry import register_model
 
 from cs3_tasks.core.audio import SAMPLE_RATE
-from cs3_tasks.models.base import Outcome, SpeechLM, SpeechReply, SpeechRequest, as_bool, pick_device
+from cs3_tasks.models.base import (
+    Outcome,
+    SpeechLM,
+    SpeechReply,
+    SpeechRequest,
+    as_bool,
+    generation,
+    pick_device,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +62,7 @@ class QwenOmniLM(SpeechLM):
         return_audio: bool = True,
         dtype: str = "auto",
         attn_implementation: str | None = None,
-        max_new_tokens: int = 512,
+        max_new_tokens: int | None = None,
         talker_max_new_tokens: int = 4096,
         talker_do_sample: bool = True,
         token2wav_num_steps: int | None = None,
@@ -103,7 +111,7 @@ class QwenOmniLM(SpeechLM):
         talker = self.model.config.talker_config
         # The talker stops on codec pad or codec end (the official defaults [8292, 8294], read from config).
         self.talker_eos = [talker.tts_codec_pad_token_id, talker.tts_codec_end_token_id]
-        self.max_new_tokens = int(max_new_tokens)
+        self.max_new_tokens = int(max_new_tokens) if max_new_tokens else None
         self.talker_max_new_tokens = int(talker_max_new_tokens)
         self.talker_do_sample = as_bool(talker_do_sample)
         self.token2wav_num_steps = int(token2wav_num_steps) if token2wav_num_steps else None
@@ -111,6 +119,9 @@ class QwenOmniLM(SpeechLM):
 
     def label(self) -> str:
         return self.pretrained.rstrip("/").split("/")[-1]
+
+    def run_name(self) -> str:
+        return self.pretrained
 
     def default_batch_size(self) -> int:
         return 1
@@ -147,7 +158,8 @@ class QwenOmniLM(SpeechLM):
         import torch
 
         inputs = self.build_inputs(requests)
-        max_new = int(requests[0].gen_kwargs.get("max_gen_toks") or self.max_new_tokens)
+        # one generate call decodes the batch: the first request's lm-eval gen_kwargs (one task's)
+        max_new = generation(requests[0].gen_kwargs).cap(self.max_new_tokens) or 512
         torch.manual_seed(self.seed)  # the talker samples and token2wav starts from noise
         with torch.inference_mode():
             if self.return_audio:

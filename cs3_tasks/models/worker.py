@@ -290,6 +290,14 @@ class WorkerLM(SpeechLM):
         pretrained = self.options.get("pretrained") or self.defaults.get("pretrained") or self.model_name
         return str(pretrained).rstrip("/").split("/")[-1]
 
+    @classmethod
+    def takes_pretrained(cls) -> bool:
+        return "pretrained" in worker_module(cls.worker).DEFAULTS
+
+    def run_name(self) -> str:
+        pretrained = self.options.get("pretrained") or self.defaults.get("pretrained")
+        return self.named_run or str(pretrained or self.label())
+
     @property
     def log_path(self) -> Path:
         return self.output_dir / f"worker-{self.worker}.log"
