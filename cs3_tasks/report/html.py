@@ -48,6 +48,8 @@ def dataset_items(set_name: str, location: str | None, out: Path) -> tuple[dict[
     if location is None:
         return {}, f"{set_name}: questions not shown (no dataset given: --dataset or ${data.DATASET_ENV})"
     try:
+        if Path(location).is_file():  # one source JSON file: questions without audio
+            return items.question_rows(data.load_docs(set_name, location)), None
         dataset = data.load_set(set_name, location)
     except Exception:  # not a build with audio (a source dir / JSON file), or not reachable
         try:

@@ -35,9 +35,10 @@ def psr_words(text_response: str | None, transcript: str | None) -> list[list]:
 
 def relative_url(path: str | None, report_dir: Path) -> str | None:
     """A file path as a URL relative to the report folder (posix separators), or None when not a file."""
-    if not path or not Path(path).is_file():
+    if not path or not os.path.isfile(path):
         return None
-    return Path(os.path.relpath(Path(path).resolve(), Path(report_dir).resolve())).as_posix()
+    # abspath, not resolve: no symlink walk per item (thousands of items); the browser resolves textually
+    return Path(os.path.relpath(os.path.abspath(path), os.path.abspath(report_dir))).as_posix()
 
 
 def item_row(record: Mapping, report_dir: Path) -> dict:

@@ -221,12 +221,14 @@
   }
   window.addEventListener("hashchange", showView);
   showView();
-  requestAnimationFrame(function () {
+  // the second animation frame comes after the first paint: the leaderboard is on screen before the
+  // (large) item data is parsed
+  requestAnimationFrame(function () { requestAnimationFrame(function () {
     setTimeout(function () {
       var s = document.createElement("script");
       s.src = window.CS3_ITEMS_FILE; s.onload = init;
       s.onerror = function () { $("loading").textContent = "could not load " + window.CS3_ITEMS_FILE + " (keep it next to index.html)"; };
       document.body.appendChild(s);
     }, 0);
-  });
+  }); });
 })();
