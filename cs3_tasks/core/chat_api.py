@@ -6,7 +6,11 @@ Used by the LLM judge (and the recipe's rewriter/checker through it), ``cs3-open
 - one error type, ``EndpointError``, whose ``retryable`` says whether trying again may help;
 - one retry policy (``RetryPolicy``, ``call_with_retries``): timeouts, connection errors, HTTP
   408/429/5xx and malformed bodies are retried with exponential backoff and jitter, honouring a server's
-  ``Retry-After`` up to the cap; other HTTP errors (400, 401, 404...) are not retried.
+  ``Retry-After`` up to the cap; other HTTP errors (400, 401, 404...) are not retried;
+- one whole-request deadline (`http_deadline`): connect, status line, headers and body together, however
+  slowly a server drips them;
+- replies decoded as UTF-8, whatever their Content-Type says (chat-completions bodies are JSON);
+- redirects followed only within the endpoint's origin, so a prompt and its API key never go elsewhere.
 """
 
 from __future__ import annotations
@@ -17,10 +21,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import requests
 import tenacity
+
+from cs3_tasks.core.http_deadline import deadline_session, request_deadline
 
 T = TypeVar("T")
 
@@ -112,6 +118,56 @@ def _read_body(response: requests.Response, deadline: float, timeout: float, max
             )
 
 
+REDIRECTS = (301, 302, 303, 307, 308)
+MAX_REDIRECTS = 5  # same-origin 307/308 hops followed (a trailing-slash or version-path move)
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+    return f"{parts.scheme.lower()}://{(parts.hostname or '').lower()}:{port}"
+
+
+def _post_within_origin(
+    session: requests.Session, url: str, body: dict, headers: dict[str, str], deadline: float
+) -> requests.Response:
+    """POST ``body`` to ``url``; a 307/308 to the same origin is followed (method and body kept), any other
+    redirect is an EndpointError: a cross-origin one would send the prompt (and, before requests strips it,
+    the API key) to a server the user never named, and 301/302/303 would turn the POST into a GET."""
+    for _ in range(MAX_REDIRECTS + 1):
+        left = max(0.001, deadline - time.monotonic())
+        response = session.post(
+            url, json=body, headers=headers, timeout=left, stream=True, allow_redirects=False
+        )
+        status = response.status_code
+        if status not in REDIRECTS:
+            return response
+        location = response.headers.get("Location", "")
+        response.close()
+        target = urljoin(url, location)
+        if not location:
+            raise EndpointError(f"HTTP {status} redirect without a Location header", retryable=False)
+        if _origin(target) != _origin(url):
+            raise EndpointError(
+                f"HTTP {status} redirect to another origin ({_origin(url)} -> {_origin(target)}): "
+                "not followed, so the prompt and the API key are not sent there; if that endpoint is the "
+                "one you mean, give its URL as the base URL",
+                retryable=False,
+            )
+        if status not in (307, 308):
+            raise EndpointError(
+                f"HTTP {status} redirect to {snippet(target, 120)} would turn the POST into a GET: not "
+                "followed; give that URL as the base URL",
+                retryable=False,
+            )
+        url = target
+    raise EndpointError(f"more than {MAX_REDIRECTS} redirects: not followed further", retryable=False)
+
+
+def _timeout_error(timeout: float, what: str) -> EndpointError:
+    return EndpointError(f"timeout after {timeout:g} s ({what})", retryable=True)
+
+
 def post_chat(
     url: str,
     body: dict,
@@ -123,33 +179,52 @@ def post_chat(
 ) -> dict:
     """One POST of a chat-completions ``body``, no retry: the reply's JSON object.
 
-    ``timeout`` bounds the whole request (connect, headers and body), not each read; a body over
-    ``max_reply_bytes`` is not read further. Raises EndpointError: retryable for a timeout, a connection
-    error, HTTP 408/429/5xx or a body that is not a JSON object; not retryable for other HTTP errors, an
-    oversized body and requests that cannot be sent.
+    ``timeout`` bounds the whole request (connect, status line, headers and body together: a server that
+    drips header lines cannot hold it longer), not each read; a body over ``max_reply_bytes`` is not read
+    further. The body is decoded as UTF-8 whatever its Content-Type charset says. Redirects are followed
+    only to the same origin (307/308). ``session`` gets the deadline adapter mounted (`deadline_session`).
+    Raises EndpointError: retryable for a timeout, a connection error, HTTP 408/429/5xx or a body that is
+    not a UTF-8 JSON object; not retryable for other HTTP errors, an oversized body, a redirect that is not
+    followed and requests that cannot be sent.
     """
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    post = (session or requests).post
+    own_session = session is None
+    session = deadline_session(session)
     deadline = time.monotonic() + timeout
     try:
-        response = post(url, json=body, headers=headers, timeout=timeout, stream=True)
-        try:
-            raw_body = _read_body(response, deadline, timeout, max_reply_bytes)
-        finally:
-            response.close()
-    except requests.Timeout as exc:
-        raise EndpointError(f"timeout after {timeout:g} s ({type(exc).__name__})", retryable=True) from exc
-    except requests.ConnectionError as exc:
-        if time.monotonic() > deadline:  # a read that timed out inside the body surfaces as this
-            raise EndpointError(
-                f"timeout after {timeout:g} s ({type(exc).__name__})", retryable=True
-            ) from exc
-        raise EndpointError(f"connection error: {snippet(str(exc), 160)}", retryable=True) from exc
-    except requests.RequestException as exc:
-        raise EndpointError(f"request failed: {snippet(str(exc), 160)}", retryable=False) from exc
-    text = raw_body.decode(response.encoding or "utf-8", errors="replace")
+        with request_deadline(timeout) as watch:
+            try:
+                response = _post_within_origin(session, url, body, headers, deadline)
+                try:
+                    raw_body = _read_body(response, deadline, timeout, max_reply_bytes)
+                finally:
+                    response.close()
+            except requests.Timeout as exc:
+                raise _timeout_error(timeout, type(exc).__name__) from exc
+            except requests.ConnectionError as exc:
+                if watch.expired or time.monotonic() > deadline:  # the deadline closed the connection
+                    raise _timeout_error(timeout, type(exc).__name__) from exc
+                raise EndpointError(f"connection error: {snippet(str(exc), 160)}", retryable=True) from exc
+            except requests.RequestException as exc:
+                raise EndpointError(f"request failed: {snippet(str(exc), 160)}", retryable=False) from exc
+            except UnicodeEncodeError as exc:  # http.client sends headers as Latin-1; the text may be secret
+                raise EndpointError(
+                    "request cannot be sent: a header value (the API key?) is not Latin-1 text",
+                    retryable=False,
+                ) from exc
+            if watch.expired:  # the body ended because the deadline shut the connection down
+                raise _timeout_error(timeout, f"whole request; {len(raw_body)} bytes received")
+    finally:
+        if own_session:
+            session.close()
+    return _reply_object(response, raw_body)
+
+
+def _reply_object(response: requests.Response, raw_body: bytes) -> dict:
+    """The JSON object of a complete reply, or the EndpointError its status or body calls for."""
+    text = raw_body.decode("utf-8", errors="replace")  # for messages; the JSON is decoded strictly below
     status = response.status_code
     if is_retryable_status(status):
         raise EndpointError(
@@ -159,8 +234,16 @@ def post_chat(
         raise AuthenticationError(f"HTTP {status}: {snippet(text)}", status)
     if status >= 400:
         raise EndpointError(f"HTTP {status} (not retried): {snippet(text)}", retryable=False)
+    try:  # JSON is UTF-8 (RFC 8259): a missing or wrong charset in Content-Type does not change that
+        strict = raw_body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise EndpointError(
+            f"reply body is not UTF-8 ({exc.reason} at byte {exc.start}): {snippet(text)}",
+            retryable=True,
+            raw=text[:2000],
+        ) from exc
     try:
-        reply = json.loads(text)
+        reply = json.loads(strict)
     except ValueError:
         reply = None
     if not isinstance(reply, dict):
