@@ -1,5 +1,6 @@
 """Result dirs of the two demo systems, scored in seconds for the report tests: ``cs3-bench score
---outputs-root`` on the bundled demo responses with the ``fake_asr`` fixture and ``--no-judge``.
+--outputs-root`` on the bundled demo responses with the ``fake_asr`` fixture and ``--no-judge``; and the
+stand-in ASR's hearing, which the golden scoring test shares.
 
 The stand-in ASR hears each clip as the demo text of its response, with the English words dropped from every
 third clip (by content hash), so that the speech channel loses some items the text channel got right.

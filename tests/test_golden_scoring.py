@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 import pytest
+from demo_results import heard_texts
 from judge_server import Reply
 
 from cs3_tasks import cli
@@ -25,7 +26,6 @@ from cs3_tasks.core.audio import content_hash
 GOLDEN = Path(__file__).resolve().parent / "golden" / "demo_scoring.json"
 AUTHORS = Path(__file__).resolve().parents[2] / "shared" / "reference" / "vocalbench-zh"
 DEMO = Path(cli.__file__).resolve().parents[1] / "demo" / "responses"
-ENGLISH = re.compile(r"[A-Za-z][A-Za-z'\-]*")
 # values that name where or when a run happened, not what it computed
 LOOPBACK = re.compile(r"http://127\.0\.0\.1:\d+")
 VOLATILE_KEYS = {"created", "started", "finished", "timestamp", "elapsed_seconds", "seconds", "time"}
@@ -46,20 +46,6 @@ def judge_reply(request) -> Reply | str:
     if "True" in prompt and "False" in prompt:
         return ("True, consistent", "False, not consistent", "cannot tell")[h % 3]
     return (f"评分：[{h % 6}]", f"Score: [{h % 6}]", "no score")[h % 3]
-
-
-def _heard_texts() -> dict[str, str]:
-    """content hash of each demo clip -> what the stand-in ASR hears."""
-    heard = {}
-    for jsonl in sorted(DEMO.glob("*/*.jsonl")):
-        for line in jsonl.read_text(encoding="utf-8").splitlines():
-            row = json.loads(line)
-            if not row.get("audio"):
-                continue
-            key = content_hash(str(jsonl.parent / row["audio"]))
-            text = row.get("text") or ""
-            heard[key] = ENGLISH.sub("", text) if _digest(key) % 3 == 0 else text
-    return heard
 
 
 def _normalised(value, roots: dict[str, str]):
@@ -121,7 +107,7 @@ def _score(tmp_path: Path, protocol: str, server, extra: list[str]) -> dict:
 
 
 def produce(tmp_path: Path, judge_server, fake_asr) -> dict:
-    heard = _heard_texts()
+    heard = heard_texts()  # English words dropped from every third clip (by content hash)
     fake_asr(lambda audio, language: heard.get(content_hash(audio), "<unknown clip>"))
     server = judge_server(judge_reply)
     return {
