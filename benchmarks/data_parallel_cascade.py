@@ -55,6 +55,8 @@ def run(nproc: int, llm: Path, workdir: Path, limit: int | None) -> tuple[float,
         "cpu",
         "--tasks",
         "cs3",
+        "--metadata",
+        json.dumps({"judge": "none"}),
         "--output_path",
         str(out),
     ] + (["--limit", str(limit)] if limit else [])

@@ -77,6 +77,8 @@ class LmEvalRun:
         self.settings: dict[str, Any] = dict(settings or {})
         self.records: dict[tuple[str, str], list[dict]] = {}
         self._summaries: dict[str, dict] = {}
+        # how this run is scored (protocol, judge, comparable_to_paper, notes): lm-eval's results carry it
+        self.note: dict[str, Any] | None = None
 
     def load_task(self, metadata: Mapping[str, Any]) -> dict[str, Any]:
         """Called by every task loader: starts a new run after filters ran; returns the settings."""
@@ -86,6 +88,9 @@ class LmEvalRun:
         check_metadata(metadata)
         self.settings = {k: metadata[k] for k in SETTING_KEYS if k in metadata}
         return self.settings
+
+    def describe(self, note: Mapping[str, Any]) -> None:
+        self.note = dict(note)
 
     def put_records(self, variant: str, set_name: str, records: Sequence[dict]) -> None:
         self.records[(variant, set_name)] = list(records)

@@ -19,8 +19,9 @@ Run settings (``--metadata`` keys, all optional): ``protocol`` ("reference", the
 scoring; "cs3": our audit protocol), ``reference_scripts`` (the authors' VocalBench-zh checkout for the
 reference judge prompts; default $CS3_REFERENCE_SCRIPTS, else the pinned download), ``dataset``,
 ``asr_model``, ``asr_backend``, ``asr_short_clips``, ``asr_device``, ``judge`` (a preset name of
-cs3_tasks.judge, "env", or "none"), ``judge_model``, ``judge_base_url``. Without ``judge`` the judge joins
-when $CS3_JUDGE_MODEL or $CS3_JUDGE_BASE_URL is set.
+cs3_tasks.judge, "env", or "none"), ``judge_model``, ``judge_base_url``. They are checked by the validator of
+``cs3-bench score``: without ``judge`` the default judge (over $CS3_JUDGE_*) runs, and a missing API key stops
+the run at task load with the CLI's message; ``"judge": "none"`` scores keyword-only lower bounds.
 The loaders hand the settings to the run (``run.RUN``, which also keeps each task's records for the
 cs-vs-en aggregations); the filters pass them on explicitly.
 """
@@ -37,8 +38,7 @@ from cs3_tasks.task_configs.run import RUN
 from lm_eval.api.filter import Filter
 
 from cs3_tasks.core.data import CATEGORIES, check_set
-from cs3_tasks.scoring.records import ASR_LANGUAGE_HINT, CHANNELS, DEFAULT_PROTOCOL, check_protocol
-from cs3_tasks.scoring.settings import protocol_asr, run_settings
+from cs3_tasks.scoring.records import CHANNELS
 
 # ---------------------------------------------------------------------------------------------------------
 # dataset
@@ -51,8 +51,7 @@ def _load(set_name: str, dataset: str | None = None, **metadata: Any):
     from cs3_tasks.core import data
 
     settings = RUN.load_task({"dataset": dataset, **metadata})
-    check_run_settings(settings)
-    protocol(settings)  # an unknown protocol, or reference prompts that cannot be read: fail before any work
+    RUN.describe(run_note(scoring_settings_of(settings)))  # a bad setting fails here, before generation
     ds = data.load_set(set_name, dataset)
     rows = [dict(row) for row in ds]
     for row in rows:
@@ -60,20 +59,45 @@ def _load(set_name: str, dataset: str | None = None, **metadata: Any):
     return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
 
 
-def check_run_settings(settings: Mapping[str, Any]) -> None:
-    """Build the run's judge and ASR configuration now, when the task loads: a bad key, URL or backend is
-    one clear error before the model generates anything (not after hours of generation)."""
-    from argparse import Namespace
+NO_JUDGE_HINT = (
+    ' Or run without a judge with --metadata \'{"judge": "none"}\': keyword-only accuracy, a lower bound of '
+    "the benchmark's number, not comparable to the paper."
+)
 
-    from cs3_tasks.asr import asr_config_from_args
-    from cs3_tasks.judge import JudgeConfigError
+
+def scoring_settings_of(settings: Mapping[str, Any], *, reference_prompts: bool = True):
+    """The run's ScoringSettings from its ``--metadata`` settings, by the one validator that ``cs3-bench
+    score`` uses (`cs3_tasks.scoring.settings.settings_from_options`): without a judge named, the default
+    judge, whose missing key stops the run here with the CLI's message (or ``"judge": "none"``). ValueError
+    "cs3 --metadata: ..." naming the cause, before the model generates anything."""
+    from cs3_tasks.scoring.settings import ScoringError, settings_from_options
 
     try:
-        judge_config(settings)
-        asr_config(settings).resolved()
-        asr_config_from_args(Namespace(**{k: settings.get(k) for k in ("asr_backend", "asr_model")}))
-    except (JudgeConfigError, ValueError) as exc:
-        raise ValueError(f"cs3 --metadata: {exc}") from None
+        return settings_from_options(settings, reference_prompts=reference_prompts)
+    except ScoringError as exc:
+        hint = NO_JUDGE_HINT if str(settings.get("judge") or "").strip().lower() != "none" else ""
+        raise ValueError(f"cs3 --metadata: {exc}{hint if 'judge' in str(exc).lower() else ''}") from None
+
+
+def check_run_settings(settings: Mapping[str, Any]) -> None:
+    """Check a conversation run's settings when its task loads (`scoring_settings_of`; the conversation
+    scorer has its own judge prompt, so the authors' prompts are not read)."""
+    scoring_settings_of(settings, reference_prompts=False)
+
+
+def run_note(scoring) -> dict:
+    """What every result of the run says about how it was scored: the protocol, the judge and whether the
+    numbers are comparable to the paper (with the reasons), as ``cs3-bench score``'s summaries say it."""
+    from cs3_tasks.scoring.summary import add_comparability
+
+    settings = scoring.record_settings("knowledge")
+    described = add_comparability({}, settings)
+    return {
+        "protocol": scoring.protocol,
+        "judge": settings.get("judge"),
+        "comparable_to_paper": described.get("comparable_to_paper"),
+        "notes": described.get("notes") or [],
+    }
 
 
 def load_knowledge(**metadata: Any):
@@ -162,17 +186,17 @@ class ScoreResponses(Filter):
     def apply(self, resps: Sequence, docs: Sequence[Mapping]) -> list[str]:
         from cs3_tasks.scoring import pipeline as scoring
 
-        settings = RUN.settings
+        run = scoring_settings_of(RUN.settings)
         outputs = [model_output(doc, responses) for doc, responses in zip(docs, resps)]
         records = scoring.score_batch(
             self.set_name,
             list(docs),
             outputs,
-            asr=asr_config(settings),
-            judge=judge_config(settings),
+            asr=run.asr,
+            judge=run.judge,
             progress=True,
-            protocol=protocol(settings),
-            reference_scripts=settings.get("reference_scripts") or None,
+            protocol=run.protocol,
+            templates=run.templates,
         )
         by_qid = {r["qid"]: r for r in records}
         ordered = [by_qid[str(doc["Qid"])] for doc in docs]
@@ -216,64 +240,27 @@ def model_output(doc: Mapping, responses: Any):
 
 
 def judge_config(settings: Mapping[str, Any]):
-    """The judge of a run with these settings, or None (keyword stage only). See the module docstring."""
-    import os
-
-    from cs3_tasks import judge
-
-    choice = str(settings.get("judge") or "").strip()
-    if choice.lower() in ("none", "no", "false", "0", "off"):
-        return None
-    explicit = {"model": settings.get("judge_model"), "base_url": settings.get("judge_base_url")}
-    # the judge's own variables (named by cs3_tasks.judge) decide whether it joins a run that names none
-    env_set = bool(os.environ.get(judge.ENV_MODEL) or os.environ.get(judge.ENV_BASE_URL))
-    if not choice and not any(explicit.values()) and not env_set:
-        return None
-    preset = choice if choice and choice.lower() not in ("env", "yes", "true", "1", "on") else None
-    config = judge.JudgeConfig.from_env(preset=preset, **explicit)
-    config.validate()
-    return config
+    """The judge of a run with these settings, or None (``"judge": "none"``)."""
+    return scoring_settings_of(settings, reference_prompts=False).judge
 
 
 def protocol(settings: Mapping[str, Any]) -> str:
-    """The scoring protocol of a run (``protocol``, default reference). For a reference run with a judge,
-    the authors' prompts are read here, so that a missing copy of their scripts fails at task load."""
-    from cs3_tasks.scoring import reference
-
-    name = str(settings.get("protocol") or DEFAULT_PROTOCOL).strip().lower()
-    check_protocol(name)
-    if name == "reference" and judge_config(settings) is not None:
-        reference.load_templates(settings.get("reference_scripts") or None)
-    return name
+    """The scoring protocol of a run (``protocol``, default reference)."""
+    return scoring_settings_of(settings).protocol
 
 
 def scoring_settings(settings: Mapping[str, Any], set_name: str) -> dict:
     """What ``cs3-bench score`` would record in ``<set>.settings.json`` for a run with these settings
     (protocol, ASR, judge, the authors' scripts), so that a summary says whether it is comparable to the
     paper (`summary.add_comparability`)."""
-    from cs3_tasks.scoring import reference
-
-    name = protocol(settings)
-    judge = judge_config(settings)
-    scripts = None
-    if name == "reference" and judge is not None:  # protocol() has checked their templates already
-        scripts = reference.find_reference_scripts(settings.get("reference_scripts") or None)
-    return run_settings(asr_config(settings), ASR_LANGUAGE_HINT[set_name], judge, name, scripts)
+    return scoring_settings_of(settings).record_settings(set_name)
 
 
 def asr_config(settings: Mapping[str, Any]):
     """The ASR of a run with these settings (``asr_backend``, ``asr_model``, ``asr_short_clips``,
     ``asr_device``); under the reference protocol with none chosen, Whisper-large-v3 through transformers
     where it can be loaded."""
-    from cs3_tasks.asr import AsrConfig
-
-    config = AsrConfig(
-        backend=settings.get("asr_backend") or None,
-        model=settings.get("asr_model") or None,
-        short_clips=settings.get("asr_short_clips") or None,
-        device=settings.get("asr_device") or None,
-    )
-    return protocol_asr(config, str(settings.get("protocol") or DEFAULT_PROTOCOL))
+    return scoring_settings_of(settings, reference_prompts=False).asr
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -222,7 +222,7 @@ def test_belle_task_through_lm_eval_echo_system(tmp_path):
         "--limit",
         "3",
         "--metadata",
-        json.dumps({"dataset": str(folder)}),
+        json.dumps({"dataset": str(folder), "judge": "none"}),
         "--output_path",
         str(results),
         "--log_samples",

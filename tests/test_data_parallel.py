@@ -240,6 +240,8 @@ def run_both(tmp_path: Path, model: str, model_args: str, limit: int) -> tuple[d
             "cpu",
             "--tasks",
             "cs3",
+            "--metadata",
+            json.dumps({"judge": "none"}),
             "--limit",
             str(limit),
             "--output_path",

@@ -97,15 +97,61 @@ def test_doc_to_audio_is_hashable_by_the_request_cache(utils):
         utils.doc_to_audio({"Qid": "q-9", "audio": None})
 
 
-def test_judge_joins_only_when_configured(utils, monkeypatch):
-    for var in ("CS3_JUDGE_MODEL", "CS3_JUDGE_BASE_URL"):
+def test_no_judge_configured_stops_with_the_cli_message(utils, monkeypatch, tmp_path, capsys):
+    """Without a judge named, lm-eval's tasks use the default judge as ``cs3-bench score`` does: a missing
+    key stops the task load with the CLI's message (plus how to say "judge": "none"); "none" is keyword-only;
+    a judge from the environment joins."""
+    from cs3_tasks import cli
+
+    for var in ("CS3_JUDGE_MODEL", "CS3_JUDGE_BASE_URL", "CS3_JUDGE_API_KEY_ENV", "DASHSCOPE_API_KEY"):
         monkeypatch.delenv(var, raising=False)
-    assert utils.judge_config({}) is None
+    with pytest.raises(ValueError) as refused:
+        utils.judge_config({})
+    message = str(refused.value)
+    assert message.startswith("cs3 --metadata: ") and '{"judge": "none"}' in message
+    assert (
+        cli.main(["score", "--outputs", str(tmp_path), "--set", "knowledge", "--out", str(tmp_path / "o")])
+        == 2
+    )
+    cli_message = capsys.readouterr().err.strip().removeprefix("error: ")
+    assert cli_message and cli_message in message  # the same words as the CLI's refusal
+    with pytest.raises(ValueError, match="DASHSCOPE_API_KEY"):
+        utils.load_knowledge(dataset="demo")  # the task load stops: nothing is generated
+    assert utils.judge_config({"judge": "none"}) is None
     monkeypatch.setenv("CS3_JUDGE_BASE_URL", "http://127.0.0.1:9/v1")
     monkeypatch.setenv("CS3_JUDGE_MODEL", "local-judge")
     config = utils.judge_config({})
     assert config is not None and config.model == "local-judge"
-    assert utils.judge_config({"judge": "none"}) is None
+
+
+def test_results_and_table_say_how_the_run_was_scored(utils, monkeypatch):
+    """Every lm-eval result of a cs3 run carries protocol, judge and comparable_to_paper (results JSON key
+    "cs3"), and lm-eval's printed table ends with a line saying it."""
+    import lm_eval.evaluator
+    import lm_eval.utils
+
+    from cs3_tasks.harness import lm_eval_hook
+    from cs3_tasks.task_configs.run import RUN
+
+    note = utils.run_note(utils.scoring_settings_of({"judge": "none", "protocol": "cs3"}))
+    assert note["protocol"] == "cs3" and note["judge"] is None
+    assert note["comparable_to_paper"] and not any(note["comparable_to_paper"].values()) and note["notes"]
+    monkeypatch.setattr(RUN, "note", note)
+    assert getattr(lm_eval.evaluator.simple_evaluate, "_cs3_patched", False)  # the hook patched lm-eval
+    results = {"results": {"cs3_knowledge": {"acc_text,none": 0.5}}}
+    module = type("M", (), {"simple_evaluate": staticmethod(lambda *a, **k: results)})
+    lm_eval_hook.patch_evaluator(module)
+    assert module.simple_evaluate()["cs3"] == note
+    table = lm_eval.utils.make_table(
+        {**results, "configs": {}, "versions": {}, "n-shot": {}, "higher_is_better": {}}
+    )
+    assert (
+        "cs3: protocol cs3, no judge (keyword-only lower bounds); comparable to the paper: text no" in table
+    )
+    other = {"results": {"arc_easy": {}}}
+    module = type("M", (), {"simple_evaluate": staticmethod(lambda *a, **k: other)})
+    lm_eval_hook.patch_evaluator(module)
+    assert "cs3" not in module.simple_evaluate()  # not a cs3 run: nothing added
 
 
 def _docs(set_name: str) -> list[dict]:
@@ -189,7 +235,7 @@ def test_python_api_simple_evaluate_text_only(tmp_path):
         model="cs3-precomputed",
         model_args={"outputs": str(responses), "text_only": "true"},
         tasks=["cs3_knowledge_text"],
-        task_manager=evaluate.task_manager(metadata={"dataset": "demo"}),
+        task_manager=evaluate.task_manager(metadata={"dataset": "demo", "judge": "none"}),
         metadata={"dataset": "demo", "judge": "none"},
         bootstrap_iters=0,
         log_samples=True,

@@ -14,7 +14,7 @@ import sys
 # subcommand -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "build-dataset": (
-        "cs3_tasks.build.dataset",
+        "cs3_tasks.build.dataset_cli",
         "build the HF dataset: source JSON -> TTS -> ASR QC -> parquet + card",
     ),
     "build-conversation-set": (
@@ -22,8 +22,12 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "add a conversation config (e.g. belle_eval_s2s) to a build",
     ),
     "score": (
-        "cs3_tasks.scoring.pipeline",
+        "cs3_tasks.cli.score",
         "score pre-generated outputs (text + speech) of one model, or of many (--outputs-root)",
+    ),
+    "export-questions": (
+        "cs3_tasks.cli.export_questions",
+        "write each set's spoken questions (wav + jsonl) for your own generation loop, then score",
     ),
     "score-conversation": (
         "cs3_tasks.scoring.conversation",

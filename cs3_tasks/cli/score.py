@@ -5,15 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from cs3_tasks.core.data import SETS
-
-if TYPE_CHECKING:  # pragma: no cover
-    pass
 from cs3_tasks.scoring.records import DEFAULT_PROTOCOL, PROTOCOLS
-from cs3_tasks.scoring.run import score_outputs
-from cs3_tasks.scoring.settings import ScoringError
+from cs3_tasks.scoring.run import ScoreJob, score_outputs
+from cs3_tasks.scoring.settings import ScoringError, settings_from_options
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -87,27 +83,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``cs3-bench score``: one outputs dir (holding its result dir's lock until every file of the run is
-    written), or with ``--outputs-root`` every model folder under it (`cs3_tasks.scoring.many`)."""
+    written), or with ``--outputs-root`` every model folder under it (`cs3_tasks.scoring.many`). The run's
+    settings are built and checked first, by the same validator as lm-eval's ``--metadata``."""
     from contextlib import ExitStack
 
-    if getattr(args, "outputs_root", None) is not None:
-        from cs3_tasks.scoring import many as score_many
+    from cs3_tasks.scoring import many
 
-        return score_many.run(args)
-    if getattr(args, "set_name", None) is None:
+    if args.outputs_root is not None and args.model_name:
+        print(
+            "error: --model-name names one model: with --outputs-root each model is named by its folder",
+            file=sys.stderr,
+        )
+        return 2
+    if args.outputs_root is None and args.set_name is None:
         print("error: --set is required with --outputs", file=sys.stderr)
         return 2
-    with ExitStack() as held:
-        return score_run(args, held)
-
-
-def score_run(args: argparse.Namespace, held) -> int:
-    """`score_outputs` as the CLI reports it: errors on stderr, the exit code returned."""
     try:
-        outcome = score_outputs(args, held)
+        settings = settings_from_options(vars(args))  # fails before any work starts
     except ScoringError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    common = {"restart": args.restart, "wait": args.wait, "progress": not args.no_progress}
+    if args.outputs_root is not None:
+        job = many.ModelsJob(args.outputs_root, args.out, set_name=args.set_name or "all", **common)
+        return many.score_root(job, settings)
+    with ExitStack() as held:
+        try:
+            outcome = score_outputs(
+                ScoreJob(args.outputs, args.out, args.set_name, model_name=args.model_name, **common),
+                settings,
+                held,
+            )
+        except ScoringError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return exc.exit_code
     if outcome.message:
         print(f"error: {outcome.message}", file=sys.stderr)
     return outcome.exit_code

@@ -104,12 +104,18 @@ def _pct(value: float | None) -> str:
     return f"{100 * value:.1f}%"
 
 
+def _points(value: float | None) -> str:
+    """A difference of two rates, in percentage points."""
+    return "n/a" if _pct(value) == "n/a" else f"{100 * value:.1f} points"
+
+
 def cs_vs_en_markdown(per_model: Mapping[str, Mapping[str, dict]]) -> str:
     """One row per model and channel: accuracy on code-switched vs English questions, drop, preserve rate."""
-    from cs3_tasks.scoring.pipeline import CHANNELS
+    from cs3_tasks.scoring.records import CHANNELS
 
     lines = [
-        "| model | channel | acc cs | acc en | drop (abs) | drop (rel) | preserve |",
+        # drop (abs) = acc en - acc cs is a difference of two percentages: points, not a percentage
+        "| model | channel | acc cs | acc en | drop (points) | drop (rel) | preserve |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     for model, summaries in per_model.items():
@@ -120,7 +126,7 @@ def cs_vs_en_markdown(per_model: Mapping[str, Mapping[str, dict]]) -> str:
             c = comparison.get(channel) or {}
             lines.append(
                 f"| {model} | {channel} | {_pct(c.get('acc_cs'))} | {_pct(c.get('acc_en'))} | "
-                f"{_pct(c.get('drop_abs'))} | {_pct(c.get('drop_rel'))} | {_pct(c.get('preserve'))} |"
+                f"{_points(c.get('drop_abs'))} | {_pct(c.get('drop_rel'))} | {_pct(c.get('preserve'))} |"
             )
     return "\n".join(lines) + "\n"
 
@@ -164,7 +170,13 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--systems", nargs="*", default=None, help="sub-folders to run (default: all)")
     parser.add_argument("--tasks", default="cs3", help="lm-eval tasks or groups (default: cs3)")
     parser.add_argument("--asr-model", default=None, help="ASR model (default: the offline Whisper-base)")
-    parser.add_argument("--no-judge", action="store_true", help="keyword stage only, even if a judge is set")
+    parser.add_argument(
+        "--judge",
+        default="none",
+        help='the judge: "none" (default: keyword-only accuracy, a lower bound of the benchmark\'s number, '
+        'and open-ended judge scores n/a), a preset name of cs3_tasks.judge, or "env" ($CS3_JUDGE_*)',
+    )
+    parser.add_argument("--no-judge", action="store_true", help="same as --judge none")
     parser.add_argument(
         "--protocol",
         choices=("reference", "cs3"),
@@ -193,8 +205,7 @@ def run_demo(args: argparse.Namespace) -> int:
         metadata["reference_scripts"] = str(args.reference_scripts)
     if args.asr_model:
         metadata["asr_model"] = args.asr_model
-    if args.no_judge:
-        metadata["judge"] = "none"
+    metadata["judge"] = "none" if args.no_judge else args.judge
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     per_model: dict[str, dict[str, dict]] = {}

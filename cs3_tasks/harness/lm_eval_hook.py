@@ -7,6 +7,8 @@ Then, right after lm-eval's own modules have run:
 
 * ``lm_eval.tasks.manager``: ``TaskManager`` gets our task folder appended to its ``include_path``, so
   ``lm_eval --tasks cs3_knowledge``, ``lm_eval ls tasks`` and ``TaskManager()`` know the cs3 tasks;
+* ``lm_eval.evaluator`` and ``lm_eval.utils``: the results of a run with cs3 tasks carry ``cs3`` (protocol,
+  judge, comparable_to_paper, notes), in results_*.json and as a line under the printed table;
 * ``lm_eval.api.registry``: a lookup of one of ``MODEL_MODULES`` (``--model cs3-precomputed``...) imports
   that wrapper module on first use; its ``@register_model`` does the registration. A wrapper whose
   module fails to import only breaks its own name, with an error saying which module and why.
@@ -142,9 +144,73 @@ def register_all_models() -> list[str]:
     return registered
 
 
+OUR_TASK_PREFIXES = ("cs3", "belle")  # every task (and group) name of ours starts so
+RESULTS_KEY = "cs3"  # the key of lm-eval's results (and results_*.json) that says how cs3 tasks were scored
+
+
+def scoring_note() -> dict | None:
+    """How this process's cs3 run was scored (protocol, judge, comparable_to_paper, notes), None if none."""
+    run_module = sys.modules.get("cs3_tasks.task_configs.run")
+    return getattr(getattr(run_module, "RUN", None), "note", None)
+
+
+def scoring_line(note: dict) -> str:
+    """The line printed under lm-eval's table: how the cs3 numbers above were scored."""
+    judge = note.get("judge")
+    judged = (
+        f"judge {judge['model']} at {judge['base_url']}" if judge else "no judge (keyword-only lower bounds)"
+    )
+    comparable = note.get("comparable_to_paper") or {}
+    verdict = ", ".join(f"{ch} {'yes' if ok else 'no'}" for ch, ok in comparable.items()) or "no"
+    reasons = "; ".join(note.get("notes") or [])
+    return f"cs3: protocol {note.get('protocol')}, {judged}; comparable to the paper: {verdict}" + (
+        f" ({reasons})" if reasons else ""
+    )
+
+
+def patch_evaluator(evaluator_module) -> None:
+    """``simple_evaluate``'s results (and so results_*.json) carry ``cs3``: how the cs3 tasks were scored."""
+    original = evaluator_module.simple_evaluate
+    if getattr(original, "_cs3_patched", False):
+        return
+
+    def simple_evaluate(*args, **kwargs):
+        results = original(*args, **kwargs)
+        note = scoring_note()
+        tasks = results.get("results", {}) if isinstance(results, dict) else {}
+        if note is not None and any(str(task).startswith(OUR_TASK_PREFIXES) for task in tasks):
+            results[RESULTS_KEY] = note
+        return results
+
+    simple_evaluate._cs3_patched = True  # type: ignore[attr-defined]
+    simple_evaluate.__wrapped__ = original  # type: ignore[attr-defined]
+    simple_evaluate.__doc__ = original.__doc__
+    evaluator_module.simple_evaluate = simple_evaluate
+
+
+def patch_table(utils_module) -> None:
+    """lm-eval's printed results table ends with `scoring_line` when the results carry ``cs3``."""
+    original = utils_module.make_table
+    if getattr(original, "_cs3_patched", False):
+        return
+
+    def make_table(result_dict, column: str = "results", *args, **kwargs):
+        table = original(result_dict, column, *args, **kwargs)
+        note = result_dict.get(RESULTS_KEY) if isinstance(result_dict, dict) else None
+        if column == "results" and note:
+            table = f"{table}\n{scoring_line(note)}\n"
+        return table
+
+    make_table._cs3_patched = True  # type: ignore[attr-defined]
+    make_table.__wrapped__ = original  # type: ignore[attr-defined]
+    utils_module.make_table = make_table
+
+
 _POST_IMPORT = {
     "lm_eval.tasks.manager": patch_task_manager,
     "lm_eval.api.registry": patch_model_registry,
+    "lm_eval.evaluator": patch_evaluator,
+    "lm_eval.utils": patch_table,
 }
 
 

@@ -8,14 +8,14 @@ and ``models.json``: per model its status, exit code, sets and error. Hidden fol
 without outputs are skipped and listed.
 
 A model's records depend on its outputs and the settings only: every model is scored with the one
-`settings.ScoringSetup` resolved before the first, in name order, each into its own result dir. Resumable per
-model: each result dir's records file skips what is done, so a finished model costs reading its files. One
-model's failure (bad input, judge failures, a crash) never stops the others; RESULTS is locked for the run.
+`settings.ScoringSettings` resolved before the first, in name order, each into its own result dir.
+Resumable per model: each result dir's records file skips what is done, so a finished model costs reading
+its files. One model's failure (bad input, judge failures, a crash) never stops the others; RESULTS is
+locked for the run.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import traceback
@@ -24,10 +24,10 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from cs3_tasks.scoring import run as scoring_run
-from cs3_tasks.scoring import settings as scoring_settings
-from cs3_tasks.scoring import store as scoring_store
 from cs3_tasks.scoring.outputs import find_output_sets
+from cs3_tasks.scoring.run import ScoreJob, score_outputs
+from cs3_tasks.scoring.settings import ScoringError, ScoringSettings
+from cs3_tasks.scoring.store import ResultDirBusy, result_dir_lock
 
 MODELS_FILE = "models.json"
 # scored: summaries written; incomplete: written, but most judge verdicts failed or most items of a set have
@@ -77,29 +77,39 @@ def overall_exit_code(statuses: Mapping[str, ModelStatus]) -> int:
     return 3 if 2 * bad > len(statuses) else 1
 
 
-def model_args(args: argparse.Namespace, folder: Path, out: Path) -> argparse.Namespace:
-    """The arguments of ``cs3-bench score --outputs <folder> --out <out>/<name> --model-name <name>``."""
-    return argparse.Namespace(
-        **{
-            **vars(args),
-            "outputs": folder,
-            "outputs_root": None,
-            "out": out / folder.name,
-            "model_name": folder.name,
-            "set_name": args.set_name or "all",
-        }
-    )
+@dataclass(frozen=True)
+class ModelsJob:
+    """A folder of outputs dirs, one per model, to score into one result dir per model under ``out``."""
+
+    root: Path
+    out: Path
+    set_name: str = "all"
+    restart: bool = False
+    wait: bool = False
+    progress: bool = True
+
+    def model_job(self, folder: Path) -> ScoreJob:
+        """What ``cs3-bench score --outputs <folder> --out <out>/<name> --model-name <name>`` scores."""
+        return ScoreJob(
+            outputs=folder,
+            out=Path(self.out) / folder.name,
+            set_name=self.set_name,
+            model_name=folder.name,
+            restart=self.restart,
+            wait=self.wait,
+            progress=self.progress,
+        )
 
 
-def score_model(args: argparse.Namespace, setup: scoring_settings.ScoringSetup, status: ModelStatus) -> None:
-    """Score one model (``args`` from `model_args`) into ``status``; never raises but KeyboardInterrupt."""
+def score_model(job: ScoreJob, settings: ScoringSettings, status: ModelStatus) -> None:
+    """Score one model into ``status``; never raises but KeyboardInterrupt."""
     from cs3_tasks import judge
 
-    secret = setup.judge.api_key() if setup.judge is not None else None
+    secret = settings.judge.api_key() if settings.judge is not None else None
     with ExitStack() as held:  # the model's result dir lock, released when its files are written
         try:
-            outcome = scoring_run.score_outputs(args, held, setup, echo=False)
-        except scoring_settings.ScoringError as exc:
+            outcome = score_outputs(job, settings, held, echo=False)
+        except ScoringError as exc:
             status.status, status.exit_code, status.error = (
                 "failed",
                 exc.exit_code,
@@ -155,49 +165,42 @@ def leaderboard_notes(statuses: Mapping[str, ModelStatus], skipped: Mapping[str,
     return notes
 
 
-def run(args: argparse.Namespace) -> int:
-    """``cs3-bench score --outputs-root``: the exit code of `overall_exit_code`, or 2 on bad input."""
-    root, out = Path(args.outputs_root), Path(args.out)
+def score_root(job: ModelsJob, settings: ScoringSettings) -> int:
+    """Every model folder under ``job.root`` into ``job.out``: the exit code of `overall_exit_code`, or 2
+    on bad input (no model folder, ``out`` is ``root``, ``out`` busy)."""
+    root, out = Path(job.root), Path(job.out)
     try:
-        if getattr(args, "model_name", None):
-            raise scoring_settings.ScoringError(
-                "--model-name names one model: with --outputs-root each model is named by its folder"
-            )
         if out.resolve() == root.resolve():
-            raise scoring_settings.ScoringError(
+            raise ScoringError(
                 f"--out {out} is --outputs-root: the result dirs would go into the model folders; "
                 "choose another --out"
             )
         models, skipped = find_models(root, out)
         if not models:
             listed = f" (skipped: {', '.join(skipped)})" if skipped else ""
-            raise scoring_settings.ScoringError(
+            raise ScoringError(
                 f"no model folder in {root}: expected one folder per model holding json/cs_<set>.json "
                 f"(authors' layout) or <set>.jsonl{listed}"
             )
-        setup = scoring_settings.scoring_setup(args)  # one setup for every model, checked before any work
-    except (scoring_settings.ScoringError, FileNotFoundError) as exc:
+    except (ScoringError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     with ExitStack() as held:
         try:  # two runs on one RESULTS would interleave models.json and the leaderboard
-            held.enter_context(scoring_store.result_dir_lock(out, wait=getattr(args, "wait", False)))
-        except scoring_store.ResultDirBusy as exc:
+            held.enter_context(result_dir_lock(out, wait=job.wait))
+        except ResultDirBusy as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        return score_models(args, setup, models, skipped)
+        return score_models(job, settings, models, skipped)
 
 
 def score_models(
-    args: argparse.Namespace,
-    setup: scoring_settings.ScoringSetup,
-    models: Sequence[Path],
-    skipped: Mapping[str, str],
+    job: ModelsJob, settings: ScoringSettings, models: Sequence[Path], skipped: Mapping[str, str]
 ) -> int:
     from cs3_tasks.report import leaderboard as report
 
-    root, out = Path(args.outputs_root), Path(args.out)
-    set_name = args.set_name or "all"
+    root, out = Path(job.root), Path(job.out)
+    set_name = job.set_name
     for name in skipped:
         print(f"skipped {root / name}: {skipped[name]}", file=sys.stderr)
     statuses = {
@@ -207,7 +210,7 @@ def score_models(
     for k, folder in enumerate(models, start=1):
         status = statuses[folder.name]
         print(f"[{k}/{len(models)}] model {folder.name}", file=sys.stderr)
-        score_model(model_args(args, folder, out), setup, status)
+        score_model(job.model_job(folder), settings, status)
         write_models_file(out, root, set_name, statuses, skipped)  # a killed run keeps what is known
         if status.status == "scored":
             print(f"model {folder.name}: scored ({', '.join(status.sets)})", file=sys.stderr)
@@ -226,7 +229,7 @@ def score_models(
     print(report.write_leaderboard(out, summaries, leaderboard_notes(statuses, skipped)))
     from cs3_tasks.report.html import write_report_quietly  # the audit report: open out/report/index.html
 
-    write_report_quietly(out / "report", on_board, getattr(args, "dataset", None))
+    write_report_quietly(out / "report", on_board, settings.dataset)
     code = overall_exit_code(statuses)
     write_models_file(out, root, set_name, statuses, skipped, exit_code=code)
     bad = [name for name, s in statuses.items() if s.status != "scored"]

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from cs3_tasks.core.data import SETS
 from cs3_tasks.scoring.outputs import (
@@ -16,19 +14,33 @@ from cs3_tasks.scoring.outputs import (
     read_given_transcripts,
     read_outputs,
 )
-
-if TYPE_CHECKING:  # pragma: no cover
-    pass
 from cs3_tasks.scoring.pipeline import score_batch
-from cs3_tasks.scoring.records import ASR_LANGUAGE_HINT, judge_failures
-from cs3_tasks.scoring.settings import (
-    ScoringError,
-    ScoringSetup,
-    run_settings,
-    scoring_setup,
-    system_identity,
-)
+from cs3_tasks.scoring.records import judge_failures, judge_unparsed
+from cs3_tasks.scoring.settings import ScoringError, ScoringSettings
 from cs3_tasks.scoring.store import RecordsFile, ResultDirBusy, SettingsMismatchError, result_dir_lock
+
+
+@dataclass(frozen=True)
+class ScoreJob:
+    """One outputs dir to score into one result dir: which sets ("all": every set the dir holds), the
+    model's name (default: the outputs dir's name) and how the run goes (restart, wait for the lock,
+    progress bars)."""
+
+    outputs: Path
+    out: Path
+    set_name: str = "all"
+    model_name: str | None = None
+    restart: bool = False
+    wait: bool = False
+    progress: bool = True
+
+    @property
+    def model(self) -> str:
+        return self.model_name or Path(self.outputs).resolve().name
+
+    def identity(self) -> dict:
+        """The scored system as <set>.settings.json records it (`store.IDENTITY_KEYS`)."""
+        return {"model": self.model, "outputs": str(Path(self.outputs).resolve())}
 
 
 @dataclass(frozen=True)
@@ -42,40 +54,36 @@ class ScoreOutcome:
     message: str | None = None
 
 
-def score_outputs(
-    args: argparse.Namespace, held, setup: ScoringSetup | None = None, *, echo: bool = True
-) -> ScoreOutcome:
-    """Score ``args.outputs`` into ``args.out`` (``args.set_name``: one set or "all"); ScoringError on bad
-    input. ``held`` (an ExitStack) keeps the result dir's lock; ``setup`` defaults to `scoring_setup`;
-    ``echo`` prints each summary (markdown) to stdout."""
+def score_outputs(job: ScoreJob, settings: ScoringSettings, held, *, echo: bool = True) -> ScoreOutcome:
+    """Score ``job.outputs`` into ``job.out`` with ``settings``; ScoringError on bad input. ``held`` (an
+    ExitStack) keeps the result dir's lock; ``echo`` prints each summary (markdown) to stdout."""
     from cs3_tasks.scoring import summary
 
-    setup = setup or scoring_setup(args)
-    if args.set_name == "all":
-        set_names = find_output_sets(args.outputs)
+    if job.set_name == "all":
+        set_names = find_output_sets(job.outputs)
         if not set_names:
             raise ScoringError(
-                f"no outputs of any set ({', '.join(SETS)}) in {args.outputs}: expected "
+                f"no outputs of any set ({', '.join(SETS)}) in {job.outputs}: expected "
                 "json/cs_<set>.json (authors' layout) or <set>.jsonl"
             )
     else:
-        set_names = [args.set_name]
-    out = Path(args.out)
+        set_names = [job.set_name]
+    out = Path(job.out)
     locked: list[bool] = []
 
     def lock() -> None:
         """One run at a time per result dir (a second waits with --wait, or is refused): taken once, when
         the first set's inputs are read, so a run that cannot start leaves no result dir behind."""
         if not locked:
-            held.enter_context(result_dir_lock(out, wait=getattr(args, "wait", False)))
+            held.enter_context(result_dir_lock(out, wait=job.wait))
             locked.append(True)
 
     summaries: dict[str, dict] = {}
     records: list[dict] = []
     for set_name in set_names:
-        summaries[set_name], final = _run_set(args, set_name, setup, lock)
+        summaries[set_name], final = _run_set(job, set_name, settings, lock)
         records += final
-    model = system_identity(args)["model"]
+    model = job.model
     for other in summary.CS_EN_PAIR:  # the other knowledge set, when this result dir has it
         if other not in summaries and any(s in summary.CS_EN_PAIR for s in summaries):
             found = summary.read_summary(out, other)
@@ -93,6 +101,14 @@ def score_outputs(
             f"records in {out}); the summary is incomplete. Re-run to retry them."
         )
         return ScoreOutcome(3, tuple(set_names), message)
+    unparsed, asked = judge_unparsed(records)
+    if 2 * unparsed > asked:
+        message = (
+            f"{unparsed} of {asked} judge verdicts of this run are unparsed (no reply held a verdict; "
+            f"counted wrong, as the authors' code does: see the *_raw fields of the records in {out}); the "
+            "judge does not follow the prompt's format, so the summary is not the benchmark's number."
+        )
+        return ScoreOutcome(3, tuple(set_names), message)
     for set_name in set_names:
         missing, items = summary.missing_responses(summaries[set_name])
         if 2 * missing > items:
@@ -105,37 +121,32 @@ def score_outputs(
 
 
 def _run_set(
-    args: argparse.Namespace, set_name: str, setup: ScoringSetup, lock: Callable[[], None]
+    job: ScoreJob, set_name: str, run: ScoringSettings, lock: Callable[[], None]
 ) -> tuple[dict, list[dict]]:
-    """Score one set of ``args.outputs`` into ``args.out``: its summary and records; ScoringError on a
+    """Score one set of ``job.outputs`` into ``job.out``: its summary and records; ScoringError on a
     setup error."""
     from cs3_tasks import judge
     from cs3_tasks.core import data
     from cs3_tasks.scoring import summary
 
-    out = Path(args.out)
-    protocol, asr_config, judge_config, templates = setup.protocol, setup.asr, setup.judge, setup.templates
-    given = bool(getattr(args, "use_given_transcripts", False))
+    out = Path(job.out)
     try:
-        docs = data.load_docs(set_name, args.dataset)
-        outputs = read_outputs(args.outputs, set_name)
-        if given:
-            transcripts = read_given_transcripts(args.outputs, set_name)
+        docs = data.load_docs(set_name, run.dataset)
+        outputs = read_outputs(job.outputs, set_name)
+        if run.given_transcripts:
+            transcripts = read_given_transcripts(job.outputs, set_name)
             for qid, output in outputs.items():
                 output.transcript = transcripts.get(qid)
                 if output.transcript is None:
                     output.problem = join_problems(output.problem, "no given transcript (json_asr)")
     except (OSError, ValueError, RuntimeError) as exc:  # no dataset / no outputs: nothing to score
         raise ScoringError(str(exc)) from exc
-    scripts = templates.scripts if templates is not None else None
-    settings = run_settings(
-        asr_config, ASR_LANGUAGE_HINT[set_name], judge_config, protocol, scripts, given_transcripts=given
-    )
-    settings.update(system_identity(args))
+    settings = run.record_settings(set_name)
+    settings.update(job.identity())
     store = RecordsFile(out, set_name)
     try:
         lock()
-        store.open(settings, restart=args.restart)
+        store.open(settings, restart=job.restart)
     except (SettingsMismatchError, ResultDirBusy) as exc:
         raise ScoringError(str(exc)) from exc
 
@@ -144,20 +155,20 @@ def _run_set(
             set_name,
             pending_docs,
             pending_outputs,
-            asr=asr_config,
-            judge=judge_config,
-            progress=not args.no_progress,
+            asr=run.asr,
+            judge=run.judge,
+            progress=job.progress,
             on_record=append,
-            protocol=protocol,
-            templates=templates,
+            protocol=run.protocol,
+            templates=run.templates,
         )
 
     try:
         final = store.score_pending(docs, outputs, score, doc_id=lambda doc: str(doc["Qid"]), label=set_name)
     except judge.JudgeAuthError as exc:  # every request would fail the same way: stop, keep what is done
         raise ScoringError(str(exc)) from exc
-    result = summary.summarize(set_name, final, protocol=protocol)
-    result["model"] = args.model_name or Path(args.outputs).resolve().name
+    result = summary.summarize(set_name, final, protocol=run.protocol)
+    result["model"] = job.model
     result["settings"] = settings
     summary.add_comparability(result, settings)
     return result, final

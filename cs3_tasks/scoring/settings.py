@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from cs3_tasks.scoring.records import ASR_LANGUAGE_HINT, DEFAULT_PROTOCOL, check_protocol
 
 if TYPE_CHECKING:  # pragma: no cover
     from cs3_tasks.asr import AsrConfig
@@ -56,7 +57,7 @@ def run_settings(
         }
     )
     if protocol == "reference":
-        from cs3_tasks.scoring import reference
+        from cs3_tasks.scoring.protocols import reference
 
         settings.update(
             reference.protocol_settings(
@@ -74,7 +75,7 @@ def protocol_asr(asr: AsrConfig, protocol: str, chosen: bool = False) -> AsrConf
     from dataclasses import replace
 
     from cs3_tasks import asr as asr_module
-    from cs3_tasks.scoring import reference
+    from cs3_tasks.scoring.protocols import reference
 
     chosen = (
         chosen
@@ -89,42 +90,109 @@ def protocol_asr(asr: AsrConfig, protocol: str, chosen: bool = False) -> AsrConf
     return replace(asr, backend=reference.REFERENCE_ASR_BACKEND, model=reference.REFERENCE_ASR_MODEL)
 
 
-def system_identity(args: argparse.Namespace) -> dict:
-    """The scored system as <set>.settings.json records it (`IDENTITY_KEYS`)."""
-    return {
-        "model": args.model_name or Path(args.outputs).resolve().name,
-        "outputs": str(Path(args.outputs).resolve()),
-    }
+NO_JUDGE = ("none", "no", "false", "0", "off")  # `judge` option values that mean "no judge"
+ENV_JUDGE = ("env", "yes", "true", "1", "on")  # ... that mean "the judge of the environment / defaults"
 
 
 @dataclass(frozen=True)
-class ScoringSetup:
-    """What every scored item of a run depends on besides its output: resolved once per run, so that
-    every set (and every model of ``--outputs-root``) is scored with the same settings."""
+class ScoringSettings:
+    """What every scored item of a run depends on besides its output, resolved and checked once per run,
+    so that every set (and every model of ``--outputs-root``) is scored with the same settings. Built by
+    `settings_from_options` from the command line or from lm-eval's ``--metadata``."""
 
     protocol: str
     asr: AsrConfig
     judge: JudgeConfig | None
-    templates: Any  # reference.ReferenceTemplates when the reference protocol has a judge, else None
+    templates: Any = None  # reference.ReferenceTemplates when the reference protocol has a judge, else None
+    given_transcripts: bool = False
+    dataset: str | None = None
+
+    @property
+    def reference_scripts(self) -> Any:
+        return self.templates.scripts if self.templates is not None else None
+
+    def record_settings(self, set_name: str) -> dict:
+        """What the records of ``set_name`` depend on: ``<set>.settings.json`` (and comparability notes)."""
+        return run_settings(
+            self.asr,
+            ASR_LANGUAGE_HINT[set_name],
+            self.judge,
+            self.protocol,
+            self.reference_scripts,
+            given_transcripts=self.given_transcripts,
+        )
 
 
-def scoring_setup(args: argparse.Namespace) -> ScoringSetup:
-    """The run's protocol, ASR, judge and (reference protocol with a judge) the authors' prompts, checked
-    before any work starts: ScoringError when they cannot be used."""
-    from cs3_tasks import asr, judge
-    from cs3_tasks.scoring import reference
+def _option(options: Mapping[str, Any], key: str) -> Any:
+    value = options.get(key)
+    return value.strip() if isinstance(value, str) else value
 
-    protocol = getattr(args, "protocol", "cs3")
+
+def judge_from_options(options: Mapping[str, Any]) -> JudgeConfig | None:
+    """The judge of a run: None when asked for none (``no_judge``, or ``judge`` "none"), else a validated
+    JudgeConfig from the options (``judge`` a preset name or "env", ``judge_preset``, ``judge_model``,
+    ``judge_base_url``, ``judge_api_key_env``, ``judge_concurrency``, ``judge_timeout``, ``judge_cache``)
+    over $CS3_JUDGE_* and the defaults. JudgeConfigError (with the fix) when it cannot run (no API key)."""
+    from cs3_tasks.judge import JudgeConfig
+
+    choice = str(_option(options, "judge") or "")
+    if options.get("no_judge") or choice.lower() in NO_JUDGE:
+        return None
+    preset = _option(options, "judge_preset") or (
+        choice if choice and choice.lower() not in ENV_JUDGE else None
+    )
+    config = JudgeConfig.from_env(
+        preset=preset,
+        model=_option(options, "judge_model") or None,
+        base_url=_option(options, "judge_base_url") or None,
+        api_key_env=_option(options, "judge_api_key_env"),
+        max_concurrency=options.get("judge_concurrency"),
+        timeout=options.get("judge_timeout"),
+        cache_path=options.get("judge_cache"),
+    )
+    config.validate()
+    return config
+
+
+def settings_from_options(options: Mapping[str, Any], *, reference_prompts: bool = True) -> ScoringSettings:
+    """The one validator of a run's options, for ``cs3-bench score`` (its parsed options as a mapping) and
+    for lm-eval's ``--metadata`` alike: the protocol, the ASR, the judge (`judge_from_options`) and, for the
+    reference protocol with a judge, the authors' prompts read from their scripts (not with
+    ``reference_prompts=False``: a scorer that does not use them, e.g. BELLE's). ScoringError naming the cause
+    before any work starts."""
+    from cs3_tasks.asr import AsrConfig, check_backend, default_backend
+    from cs3_tasks.judge import JudgeConfigError
+    from cs3_tasks.scoring.protocols import reference
+
+    protocol = str(_option(options, "protocol") or DEFAULT_PROTOCOL).lower()
     try:
-        judge_config = judge.judge_config_from_args(args)  # fails before any work starts
-        chosen = bool(getattr(args, "asr_backend", None) or getattr(args, "asr_model", None))
-        asr_config = protocol_asr(asr.asr_config_from_args(args), protocol, chosen)
-    except (judge.JudgeConfigError, ValueError) as exc:
-        raise ScoringError(str(exc)) from exc
+        check_protocol(protocol)
+        judge_config = judge_from_options(options)
+        backend = _option(options, "asr_backend") or None
+        model = _option(options, "asr_model") or None
+        resolved_backend = backend or default_backend()
+        check_backend(resolved_backend)
+        asr_config = AsrConfig(
+            backend=resolved_backend,
+            model=model,
+            short_clips=_option(options, "asr_short_clips") or None,
+            device=_option(options, "asr_device") or None,
+        )
+        asr_config = protocol_asr(asr_config, protocol, chosen=bool(backend or model))
+        asr_config.resolved()  # an unknown short-clip decoding fails now, not after generation
+    except (JudgeConfigError, ValueError) as exc:
+        raise ScoringError(str(exc)) from None
     templates = None
-    if protocol == "reference" and judge_config is not None:
+    if protocol == "reference" and judge_config is not None and reference_prompts:
         try:  # the judge prompts are read now: a missing copy fails before any ASR or judge work
-            templates = reference.load_templates(getattr(args, "reference_scripts", None))
+            templates = reference.load_templates(_option(options, "reference_scripts") or None)
         except reference.ReferenceScriptsError as exc:
-            raise ScoringError(str(exc)) from exc
-    return ScoringSetup(protocol, asr_config, judge_config, templates)
+            raise ScoringError(str(exc)) from None
+    return ScoringSettings(
+        protocol=protocol,
+        asr=asr_config,
+        judge=judge_config,
+        templates=templates,
+        given_transcripts=bool(options.get("use_given_transcripts")),
+        dataset=_option(options, "dataset") or None,
+    )
