@@ -128,7 +128,9 @@ def write_html_report(out: Path, result_dirs: Sequence[Path], settings: ReportSe
 
 
 def add_html_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--html", type=Path, default=None, help="also write the HTML report folder here")
+    parser.add_argument(
+        "--html", type=Path, default=None, help="write the HTML report folder here (open its index.html)"
+    )
     parser.add_argument(
         "--dataset",
         default=None,
