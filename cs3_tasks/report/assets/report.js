@@ -210,6 +210,12 @@
   function wire(ids, draw) { ids.forEach(function (id) { $(id).addEventListener(id.indexOf("search") > 0 ? "input" : "change", draw); }); draw(); }
   function init() {
     D = window.CS3_ITEMS;
+    // open-ended items have no right/wrong: "understood" (relevance > 3) stands for it in marks and filters
+    D.models.forEach(function (m) {
+      ((D.answers[m] || {}).open_ended || []).forEach(function (it) {
+        D.channels.forEach(function (ch) { if (it[ch + "_correct"] === undefined) it[ch + "_correct"] = it[ch + "_understood"]; });
+      });
+    });
     options($("items-model"), D.models); options($("pairs-model"), D.models);
     options($("items-set"), D.sets); options($("models-set"), D.sets);
     options($("items-category"), D.categories, true); options($("items-status"), D.statuses, true);
