@@ -1,0 +1,60 @@
+"""`cs3-bench export-questions` (issue 23.5b): the demo set's questions as wav + jsonl, answered by a user's own
+loop into our outputs layout, which `cs3-bench score --no-judge` accepts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import soundfile as sf
+
+from cs3_tasks import cli
+from cs3_tasks.core import data
+
+pytestmark = pytest.mark.skipif(
+    not (data.demo_dataset_dir() / "README.md").is_file(), reason="embedded demo dataset not built"
+)
+
+
+def test_export_then_score_own_answers(tmp_path, fake_asr, capsys):
+    questions = tmp_path / "questions"
+    assert cli.main(["export-questions", "--out", str(questions), "--dataset", "demo"]) == 0
+    for set_name in data.SETS:
+        rows = [json.loads(line) for line in (questions / f"{set_name}.jsonl").read_text().splitlines()]
+        assert [row["Qid"] for row in rows] == [d["Qid"] for d in data.load_docs(set_name, "demo")]
+        assert all(row["question"] and (questions / row["audio"]).is_file() for row in rows)
+        samples, rate = sf.read(questions / rows[0]["audio"])
+        assert rate >= 16_000 and len(samples) > rate // 4
+
+    # a user's own loop: answer each question (here: its text, spoken as the question's own audio)
+    answers = tmp_path / "my-model"
+    for set_name in data.SETS:
+        lines = []
+        for line in (questions / f"{set_name}.jsonl").read_text().splitlines():
+            row = json.loads(line)
+            wav = answers / set_name / f"{row['Qid']}.wav"
+            wav.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(questions / row["audio"], wav)
+            answer = {"Qid": row["Qid"], "text": row["question"], "audio": f"{set_name}/{wav.name}"}
+            lines.append(json.dumps(answer, ensure_ascii=False) + "\n")
+        (answers / f"{set_name}.jsonl").write_text("".join(lines), encoding="utf-8")
+
+    fake = fake_asr(lambda audio, language: "heard")
+    results = tmp_path / "results"
+    argv = ["score", "--outputs", str(answers), "--set", "all", "--out", str(results), "--dataset", "demo"]
+    assert cli.main([*argv, "--asr-model", "fake-asr", "--no-judge", "--no-progress"]) == 0
+    for set_name in data.SETS:
+        summary = json.loads((results / f"{set_name}.summary.json").read_text())
+        assert summary["n_items"] == len(data.load_docs(set_name, "demo")), set_name
+    assert sum(len(call["audios"]) for call in fake.calls) == sum(
+        len(data.load_docs(s, "demo")) for s in data.SETS
+    )
+
+
+def test_export_one_set_and_a_missing_dataset(tmp_path, capsys):
+    out = tmp_path / "q"
+    assert cli.main(["export-questions", "--out", str(out), "--dataset", "demo", "--set", "knowledge_en"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["knowledge_en", "knowledge_en.jsonl"]
+    assert cli.main(["export-questions", "--out", str(out), "--dataset", str(tmp_path / "nope")]) == 2
+    assert "does not exist" in capsys.readouterr().err
