@@ -27,7 +27,6 @@ class ZeroShotOnly(ContextSampler):
             return []
         raise FewShotRefused(
             f"--num_fewshot {n}: the CS3-Bench and BELLE tasks are zero-shot. lm-eval would take the "
-            "examples "
-            "from the test questions themselves (their answers would be in the prompt). Run without "
-            "--num_fewshot (or with --num_fewshot 0)."
+            "examples from the test questions themselves (their answers would be in the prompt). Run "
+            "without --num_fewshot (or with --num_fewshot 0)."
         )

