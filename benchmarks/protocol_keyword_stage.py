@@ -28,7 +28,7 @@ import unicodedata
 from pathlib import Path
 
 from cs3_tasks.core import metrics, text
-from cs3_tasks.scoring import reference
+from cs3_tasks.scoring.protocols import reference
 
 DEMO = Path(__file__).resolve().parents[1] / "cs3_tasks" / "demo"
 

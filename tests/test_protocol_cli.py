@@ -17,10 +17,10 @@ from judge_server import Reply, by_keyword
 
 from cs3_tasks.cli import score as score_cli
 from cs3_tasks.report import leaderboard as report
-from cs3_tasks.scoring import reference
 from cs3_tasks.scoring import settings as scoring_settings
 from cs3_tasks.scoring import store as scoring_store
 from cs3_tasks.scoring.outputs import read_outputs
+from cs3_tasks.scoring.protocols import reference
 
 AUTHORS = Path(__file__).resolve().parents[2] / "shared" / "reference" / "vocalbench-zh"
 

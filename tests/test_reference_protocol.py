@@ -1,11 +1,14 @@
-"""Acceptance: the reference protocol gives the authors' own numbers, item by item.
+"""Acceptance: ``cs3-bench score --protocol reference`` gives the authors' own numbers, item by item.
 
-The authors' scripts (../shared/reference/vocalbench-zh/utils) run unchanged on the same model outputs as our
-reference protocol, for all three sets. Judge replies are scripted per prompt: our client gets them from a
+The authors' scripts (../shared/reference/vocalbench-zh/utils) run UNCHANGED on the same model outputs as
+our real path (the CLI itself, in process: read outputs -> `score_batch` -> `summarize`), for all three full
+sets of ../shared/data/cs3bench. Judge replies are scripted per prompt: our judge engine gets them from a
 loopback server, their code from a stand-in for their Qwen_Max client (their functions take it as an
-argument). Per-item prompts, verdicts, scores and headline numbers must be identical. The scripts hold the
-hard cases (a verdict in bold or after a space, an explanation first, two bracketed scores, an out-of-range
-score, [0], no score, an empty reply). Skipped with a printed reason when the shared copies are absent.
+argument). Per-item prompts, verdicts, scores and headline numbers must be identical; mutations of our
+reference rules (strict parsing, our keyword rule, one ask, no [0]) must make the comparison fail. The
+scripts hold the hard cases (a verdict in bold or after a space, an explanation first, two bracketed
+scores, an out-of-range score, [0], no score, an empty reply). Skipped with a printed reason when the
+shared copies are absent.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import sys
 import threading
 import types
 from collections import defaultdict
+from dataclasses import dataclass
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -30,9 +34,15 @@ from pathlib import Path
 import pytest
 from judge_server import FakeJudgeServer, Reply
 
+from cs3_tasks.cli import main as cs3_bench
 from cs3_tasks.judge import JudgeConfig
-from cs3_tasks.scoring import reference
-from cs3_tasks.scoring.summary import add_comparability
+from cs3_tasks.scoring import store
+from cs3_tasks.scoring.outputs import AUTHORS_SET_FILES, ModelOutput
+from cs3_tasks.scoring.pipeline import score_batch
+from cs3_tasks.scoring.protocols import cs3 as cs3_protocol
+from cs3_tasks.scoring.protocols import reference, reference_scripts
+from cs3_tasks.scoring.records import judge_unparsed
+from cs3_tasks.scoring.summary import add_comparability, summarize, summary_markdown
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 AUTHORS = SHARED / "reference" / "vocalbench-zh"
@@ -163,7 +173,7 @@ def _import_authors(name: str, monkeypatch) -> types.ModuleType:
 def _run_theirs(set_name: str, outputs_file: Path, tmp: Path, script: Script, monkeypatch):
     """Their qwenmax_eval_json on our outputs file: (per-item instances, printed headline numbers,
     prompts)."""
-    stem = reference.AUTHORS_SET_FILES[set_name]
+    stem = AUTHORS_SET_FILES[set_name]
     module = _import_authors(stem, monkeypatch)
     client = TheirClient(script)
     module.Qwen_Max = lambda model_name=None, temperature=0: client
@@ -193,7 +203,8 @@ def _run_theirs(set_name: str, outputs_file: Path, tmp: Path, script: Script, mo
 
 
 def _responses(set_name: str, docs: list[dict]) -> list[dict]:
-    """Model outputs with keyword hits, name parts, case changes, empty answers and wrong answers."""
+    """Model outputs with keyword hits, name parts, case changes, a space inside the answer, empty answers
+    and wrong answers."""
     question_count = defaultdict(int)
     for doc in docs:
         question_count[doc["Question"]] += 1
@@ -206,6 +217,9 @@ def _responses(set_name: str, docs: list[dict]) -> list[dict]:
             text = f"I think it is {doc['Answer_en'].upper()}."
         elif set_name == "knowledge" and kind == 2 and "·" in doc["Answer_zh"]:
             text = f"应该是{doc['Answer_zh'].split('·')[-1]}吧"
+        elif set_name == "knowledge" and kind == 4 and len(doc["Answer_zh"]) > 1:
+            # a space inside the answer: their raw substring test misses it, our normalised spans do not
+            text = f"答案是{doc['Answer_zh'][0]} {doc['Answer_zh'][1:]}"
         elif set_name == "knowledge_en" and kind == 0:
             text = f"It is {doc['Answer'].swapcase()}!"
         elif kind == 3 and question_count[doc["Question"]] == 1:
@@ -224,123 +238,293 @@ def _write_outputs(path: Path, rows: list[dict], as_lines: bool) -> None:
         path.write_text(json.dumps(rows, ensure_ascii=False, indent=4), encoding="utf-8")
 
 
-def _config(server: FakeJudgeServer, tmp: Path) -> JudgeConfig:
-    return JudgeConfig(
-        base_url=server.base_url,
-        model=reference.REFERENCE_JUDGE_MODEL,
-        api_key_env="",
-        cache_path=tmp / "judge.sqlite",
-        max_concurrency=4,
-        backoff_initial=0.0,
-        max_retries=1,
+def _score_ours(set_name: str, outputs: Path, out: Path, server: FakeJudgeServer, cache: Path) -> int:
+    """Our real path: ``cs3-bench score --protocol reference`` on the authors' layout, in process."""
+    stem = AUTHORS_SET_FILES[set_name]
+    return cs3_bench(
+        [
+            "score",
+            "--outputs",
+            str(outputs),
+            "--set",
+            set_name,
+            "--out",
+            str(out),
+            "--dataset",
+            str(DATA / f"{stem}.json"),
+            "--protocol",
+            "reference",
+            "--reference-scripts",
+            str(AUTHORS),
+            "--judge-base-url",
+            server.base_url,
+            "--judge-api-key-env",
+            "",
+            "--judge-model",
+            reference.REFERENCE_JUDGE_MODEL,
+            "--judge-cache",
+            str(cache),
+            "--judge-concurrency",
+            "4",
+            "--no-progress",
+        ]
     )
 
 
-@pytest.mark.parametrize("set_name", reference.SETS)
-def test_reference_protocol_equals_the_authors_scripts(set_name, tmp_path, monkeypatch):
+@dataclass
+class Comparison:
+    set_name: str
+    rows: list[dict]
+    theirs: list[dict]
+    numbers: dict[str, float]
+    records: dict[str, dict]
+    summary: dict
+    our_prompts: list[str]
+    their_prompts: list[str]
+    bodies: list[dict]
+    exit_code: int
+
+    def differences(self) -> list[str]:
+        """Every way our numbers differ from theirs: per item, then headline (empty = identical)."""
+        found = []
+        if set(self.our_prompts) != set(self.their_prompts):
+            found.append(f"{len(set(self.our_prompts) ^ set(self.their_prompts))} prompts differ")
+        if [t["Qid"] for t in self.theirs] != [r["Qid"] for r in self.rows]:
+            found.append("their instances are not our rows")
+        text = self.summary["text"]
+        if self.set_name == "open_ended":
+            for t in self.theirs:
+                ours = self.records[t["Qid"]]
+                if (ours["text_relevance"], ours["text_semantic"]) != (t["Relevance"], t["Semantic"]):
+                    found.append(f"{t['Qid']}: ours {ours['text_relevance']}/{ours['text_semantic']}")
+            heads = {
+                "mean_relevance": "Avg Relevance Score",
+                "understanding_rate": "Relevance Rate",
+                "mean_semantic": "Avg Semantic Score",
+            }
+        else:
+            for t in self.theirs:
+                if self.records[t["Qid"]]["text_correct"] != t["Correct"]:
+                    found.append(f"{t['Qid']}: ours {self.records[t['Qid']]['text_correct']}")
+            heads = {"accuracy": "准确率" if self.set_name == "knowledge" else "Avg Accuracy"}
+        for key, label in heads.items():
+            entry = text[key]
+            # their number over every instance: our `low` (= `high` when complete), and the value itself
+            if not entry["complete"] or entry["low"] != self.numbers[label]:
+                found.append(f"{key}: ours {entry['low']} ({entry['value']}), theirs {self.numbers[label]}")
+            if entry["value"] != pytest.approx(self.numbers[label], abs=1e-12):
+                found.append(f"{key} value: ours {entry['value']}, theirs {self.numbers[label]}")
+        return found
+
+
+def _compare(set_name: str, tmp_path: Path, monkeypatch) -> Comparison:
+    """Run their scripts and our CLI on the same outputs of one full set, the judge scripted alike."""
     _need_authors()
-    stem = reference.AUTHORS_SET_FILES[set_name]
+    stem = AUTHORS_SET_FILES[set_name]
     docs = json.loads((DATA / f"{stem}.json").read_text(encoding="utf-8"))
     rows = _responses(set_name, docs)
-    outputs = tmp_path / "model"
+    outputs = tmp_path / "model"  # a text-only model in their layout (no wav/): no ASR involved
     _write_outputs(outputs / "json" / f"{stem}.json", rows, as_lines=set_name == "knowledge_en")
     script = Script(SCRIPTS[set_name])
-
-    # ours: read their layout, score through the loopback judge, reading the prompts from their scripts
     with FakeJudgeServer(ServerSide(script)) as server:
-        read = reference.read_authors_outputs(outputs, set_name)
-        records = reference.score_reference_set(
-            set_name,
-            docs,
-            reference.responses_of(read.values()),
-            judge=_config(server, tmp_path),
-            scripts=AUTHORS,
-        )
+        code = _score_ours(set_name, outputs, tmp_path / "ours", server, tmp_path / "judge.sqlite")
         our_prompts = [r.prompt for r in server.requests]
         bodies = [r.body for r in server.requests]
-    ours = reference.summarize_reference(set_name, records)
+    records = store.read_records(tmp_path / "ours" / f"{set_name}.records.jsonl")
+    summary = json.loads((tmp_path / "ours" / f"{set_name}.summary.json").read_text(encoding="utf-8"))
     used_by_us = set(script.used)
-
     script.used.clear()
     theirs, numbers, their_prompts = _run_theirs(
         set_name, outputs / "json" / f"{stem}.json", tmp_path / "theirs", script, monkeypatch
     )
     assert script.used == used_by_us == set(range(len(SCRIPTS[set_name]))), "every hard case was exercised"
-
-    # the same prompts were sent, as one user message to qwen-max-2025-01-25 at temperature 0
-    assert set(our_prompts) == set(their_prompts) and our_prompts
-    assert all(
-        b == {"model": "qwen-max-2025-01-25", "messages": [{"role": "user", "content": p}], "temperature": 0}
-        for b, p in zip(bodies, our_prompts)
+    return Comparison(
+        set_name, rows, theirs, numbers, records, summary, our_prompts, their_prompts, bodies, code
     )
 
-    by_qid = {r["qid"]: r for r in records}
-    assert [t["Qid"] for t in theirs] == [r["Qid"] for r in rows]
+
+@pytest.mark.parametrize("set_name", ("knowledge", "knowledge_en", "open_ended"))
+def test_cli_reference_protocol_equals_the_authors_scripts(set_name, tmp_path, monkeypatch):
+    result = _compare(set_name, tmp_path, monkeypatch)
+    assert result.differences() == []
+    # the same prompts were sent, as one user message to qwen-max-2025-01-25 at temperature 0
+    assert result.our_prompts and all(
+        b == {"model": "qwen-max-2025-01-25", "messages": [{"role": "user", "content": p}], "temperature": 0}
+        for b, p in zip(result.bodies, result.our_prompts)
+    )
+    records = list(result.records.values())
+    unparsed, asked = judge_unparsed(records)
+    assert result.summary["n_judge_unparsed"] == unparsed > 0 and result.summary["n_judge_verdicts"] == asked
+    assert result.exit_code == (3 if 2 * unparsed > asked else 0)
     if set_name == "open_ended":
-        for t in theirs:
-            assert (by_qid[t["Qid"]]["relevance"], by_qid[t["Qid"]]["semantic"]) == (
-                t["Relevance"],
-                t["Semantic"],
-            )
-        assert ours["avg_relevance"]["value"] == numbers["Avg Relevance Score"]
-        assert ours["relevance_rate"]["value"] == numbers["Relevance Rate"]
-        assert ours["avg_semantic"]["value"] == numbers["Avg Semantic Score"]
-        assert all(ours[k]["complete"] for k in ("avg_relevance", "relevance_rate", "avg_semantic"))
-        assert {0, 1, 3, 4, 5} <= {r["relevance"] for r in records} | {r["semantic"] for r in records}
+        scores = {r["text_relevance"] for r in records} | {r["text_semantic"] for r in records}
+        assert {0, 1, 3, 4, 5} <= scores
     else:
-        for t in theirs:
-            assert by_qid[t["Qid"]]["correct"] == t["Correct"], t["Qid"]
-        headline = numbers["准确率" if set_name == "knowledge" else "Avg Accuracy"]
-        assert ours["accuracy"]["value"] == headline and ours["accuracy"]["complete"]
-        statuses = ours["statuses"]
+        statuses = result.summary["text"]["status_counts"]
         assert statuses["keyword"] and statuses["judge_correct"] and statuses["judge_wrong"]
         assert statuses["judge_unparsed"] and not statuses["judge_error"]
+    text = result.summary["text"]
+    headline = (text.get("accuracy") or text["mean_relevance"])["value"]
     print(
-        f"{set_name}: {len(records)} items, {len(our_prompts)} judge requests, headline identical: "
-        f"{ours.get('accuracy', ours.get('avg_relevance'))['value']}"
+        f"{set_name}: {len(records)} items, {len(result.our_prompts)} judge requests, "
+        f"exit {result.exit_code}, headline identical: {headline}"
     )
+
+
+def _strict_knowledge(reply: str, language: str = "zh"):
+    from cs3_tasks.judge import UnparseableReply, parse_knowledge_verdict
+
+    try:
+        return parse_knowledge_verdict(reply, language)
+    except UnparseableReply:
+        return None
+
+
+MUTATIONS = {
+    # our strict parser instead of their startswith rule
+    "strict parsing": ("knowledge", "parse_knowledge_reply", _strict_knowledge),
+    # our normalised keyword spans instead of their raw substring test
+    "cs3 keyword rule": ("knowledge", "keyword_hit", None),
+    # one ask instead of ten
+    "one ask": ("knowledge_en", "MAX_ASKS", 1),
+    # scores 1-5 only: their pattern accepts [0]
+    "no [0] score": ("open_ended", "parse_open_ended_reply", None),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+def test_a_mutated_reference_rule_is_caught(mutation, tmp_path, monkeypatch):
+    set_name, name, value = MUTATIONS[mutation]
+    if name == "keyword_hit":
+        cs3_rule = cs3_protocol.Cs3Protocol().keyword_hit
+        monkeypatch.setattr(reference.ReferenceProtocol, "keyword_hit", lambda self, *a: cs3_rule(*a))
+    elif name == "parse_open_ended_reply":
+        original = reference.parse_open_ended_reply
+        monkeypatch.setattr(reference, name, lambda reply: original(reply) or None)
+    else:
+        monkeypatch.setattr(reference, name, value)
+    assert _compare(set_name, tmp_path, monkeypatch).differences(), f"{mutation} went unnoticed"
 
 
 def test_their_client_request_equals_ours(tmp_path, monkeypatch):
-    """Their Qwen_Max pointed at the loopback server sends the same body as our reference client."""
+    """Their Qwen_Max pointed at the loopback server sends the same body as our reference judge."""
     _need_authors()
     spec = importlib.util.spec_from_file_location("vocalbench_config", AUTHORS / "utils" / "config.py")
     their_config = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(their_config)
-    prompt = "\n一个提示 with English\n  ***\n  "
+    templates = reference.load_templates(AUTHORS)
+    doc = {"Qid": "x", "Question": "\n一个提示 with English\n  ***\n  ", "Answer_zh": "甲", "Answer_en": "A"}
+    prompt = reference.build_prompt(templates, "knowledge", doc, "乙")
     with FakeJudgeServer("正确 一致") as server:
         client = their_config.Qwen_Max()
         client.url = f"{server.base_url}/chat/completions"
         assert client([{"role": "user", "content": prompt}]) == {"text": "正确 一致"}
-        verdicts = reference.ask_reference(
-            [prompt],
-            reference.parse_knowledge_reply,
-            False,
-            reference.reference_judge_config(_config(server, tmp_path)),
+        [verdict] = reference.ReferenceProtocol().judge(
+            "knowledge", None, [(doc, "乙")], _config(server, tmp_path), templates
         )
         theirs, ours = (r.body for r in server.requests)
-    assert verdicts[0].value is True and theirs == ours
+    assert verdict.value is True and theirs == ours
     assert json.dumps(theirs["temperature"]) == json.dumps(ours["temperature"]) == "0"
 
 
-def test_transport_failure_is_a_judge_error_where_their_script_crashes(tmp_path, monkeypatch):
+# ---------------------------------------------------------------------------------------------------
+# the reference protocol goes through the one judge engine: its bounds hold by construction
+
+SMALL_DOCS = [
+    {
+        "Qid": f"k-{i}",
+        "Question": f"问题{i}",
+        "Answer_zh": f"答案{i}",
+        "Answer_en": f"answer{i}",
+        "Category": "Acoustic",
+    }
+    for i in range(4)
+]
+KEY = "sk-secret-key-0123456789"
+
+
+def _outputs_for(responses: list[str]):
+    return [ModelOutput(f"k-{i}", text, None) for i, text in enumerate(responses)]
+
+
+def _score_small(config: JudgeConfig, responses=None, **kwargs) -> list[dict]:
+    lines = []
+    records = score_batch(
+        "knowledge",
+        SMALL_DOCS,
+        _outputs_for(responses or [f"不知道 {i}" for i in range(4)]),
+        judge=config,
+        protocol="reference",
+        reference_scripts=AUTHORS,
+        progress=False,
+        on_record=lambda r: lines.append(json.dumps(r, ensure_ascii=False)),
+        **kwargs,
+    )
+    assert len(lines) == len(records) == 4  # every record reached the records file
+    return records
+
+
+def test_reference_judge_echoing_the_key_keeps_it_out_of_records_summary_and_cache(tmp_path, monkeypatch):
     _need_authors()
-    docs = json.loads((DATA / "cs_knowledge.json").read_text(encoding="utf-8"))[:4]
-    responses = {d["Qid"]: f"不知道 {i}" for i, d in enumerate(docs)}
-    failing = docs[1]["Qid"]
+    monkeypatch.setenv("CS3_TEST_JUDGE_KEY", KEY)
+
+    def echo(request):
+        auth = request.headers.get("Authorization", "")
+        return f"错误 your header was {auth} and the key {auth.split()[-1]}"
+
+    with FakeJudgeServer(echo) as server:
+        config = _config(server, tmp_path, api_key_env="CS3_TEST_JUDGE_KEY")
+        records = _score_small(config)
+        assert server.requests[0].headers["Authorization"] == f"Bearer {KEY}"  # it was sent
+    summary = summarize("knowledge", records)
+    assert [r["text_status"] for r in records] == ["judge_wrong"] * 4
+    assert all("***" in r["text_judge_raw"] for r in records)
+    for text in (json.dumps(records), json.dumps(summary), summary_markdown(summary)):
+        assert KEY not in text
+    assert KEY.encode() not in (tmp_path / "judge.sqlite").read_bytes()
+
+
+def test_reference_judge_reply_of_300000_characters_is_bounded(tmp_path):
+    _need_authors()
+    from cs3_tasks.judge import MAX_REPLY_CHARS
+
+    with FakeJudgeServer("正确 " + "x" * 300_000) as server:
+        records = _score_small(_config(server, tmp_path))
+    for record in records:
+        assert record["text_status"] == "judge_correct"
+        assert len(record["text_judge_raw"]) == MAX_REPLY_CHARS and "cut" in record["text_judge_note"]
+
+
+def test_reference_non_latin1_key_and_bad_charset_are_per_item_judge_errors(tmp_path, monkeypatch):
+    _need_authors()
+    monkeypatch.setenv("CS3_TEST_JUDGE_KEY", "密钥-not-latin-1")
+    with FakeJudgeServer("正确 一致") as server:
+        records = _score_small(_config(server, tmp_path, api_key_env="CS3_TEST_JUDGE_KEY"))
+    assert [r["text_status"] for r in records] == ["judge_error"] * 4
+    assert all(r["text_judge_error"].startswith("judge_error: ") for r in records)
+    assert "密钥" not in json.dumps(records)
+
+    bogus = Reply(content="正确 一致", headers={"Content-Type": "application/json; charset=x-bogus"})
+    with FakeJudgeServer(bogus) as server:
+        records = _score_small(_config(server, tmp_path / "bogus"))
+    # decoded as JSON's UTF-8, or a per-item judge error: never a traceback, never a lost record
+    assert {r["text_status"] for r in records} <= {"judge_correct", "judge_error"}
+
+
+def test_reference_transport_failure_is_a_judge_error_where_their_script_crashes(tmp_path, monkeypatch):
+    _need_authors()
 
     def handler(request):
         return Reply.error(500) if "不知道 1" in request.prompt else "错误 不一致"
 
     with FakeJudgeServer(handler) as server:
-        records = reference.score_reference_set(
-            "knowledge", docs, responses, judge=_config(server, tmp_path), scripts=AUTHORS
-        )
-    summary = reference.summarize_reference("knowledge", records)
-    bad = next(r for r in records if r["qid"] == failing)
-    assert bad["status"] == "judge_error" and bad["correct"] is None and "HTTP 500" in bad["judge_error"]
-    accuracy = summary["accuracy"]
-    assert accuracy["complete"] is False and accuracy["judge_errors"] == 1
+        records = _score_small(_config(server, tmp_path))
+    summary = summarize("knowledge", records)
+    bad = records[1]
+    assert bad["text_status"] == "judge_error" and bad["text_correct"] is None
+    assert "HTTP 500" in bad["text_judge_error"]
+    accuracy = summary["text"]["accuracy"]
+    assert accuracy["complete"] is False and accuracy["n_missing_verdict"] == 1
     assert (accuracy["low"], accuracy["high"]) == (0.0, 0.25)
 
     # their client returns None after its 10 HTTP failures, and their script then crashes
@@ -349,26 +533,97 @@ def test_transport_failure_is_a_judge_error_where_their_script_crashes(tmp_path,
         module.qwenmax_eval("q", "a", "b", "r", lambda messages: None)
 
 
+def test_reference_cache_replays_the_asks_and_a_rerun_resends_only_failures(tmp_path):
+    _need_authors()
+    calls = {"n": 0}
+
+    def handler(request):
+        calls["n"] += 1
+        if "不知道 3" in request.prompt and calls["n"] < 100:
+            return Reply.error(400, "bad request")
+        return "判断：正确" if "不知道 0" in request.prompt else "错误 不一致"
+
+    with FakeJudgeServer(handler) as server:
+        config = _config(server, tmp_path)
+        first = _score_small(config)
+        sent = len(server.requests)
+        calls["n"] = 100  # the judge recovers
+        second = _score_small(config)
+        resent = [r.prompt for r in server.requests[sent:]]
+    assert first[0]["text_status"] == "judge_unparsed" and first[0]["text_judge_asks"] == reference.MAX_ASKS
+    assert first[3]["text_status"] == "judge_error"
+    assert second[3]["text_status"] == "judge_wrong" and len(resent) == 1 and "不知道 3" in resent[0]
+    assert [r["text_status"] for r in second[:3]] == [r["text_status"] for r in first[:3]]
+
+
+def test_most_verdicts_unparsed_is_said_and_exits_3(tmp_path):
+    """Issue 22 item 5: a judge whose replies never hold a verdict is counted wrong (their rule), but the
+    summary, its markdown and the leaderboard say how many, and ``cs3-bench score`` exits 3."""
+    _need_authors()
+    from cs3_tasks.report.leaderboard import leaderboard_markdown, leaderboard_rows
+
+    stem = AUTHORS_SET_FILES["knowledge"]
+    outputs = tmp_path / "model"
+    _write_outputs(
+        outputs / "json" / f"{stem}.json",
+        [{"Qid": d["Qid"], "Response": f"不知道 {i}"} for i, d in enumerate(SMALL_DOCS)],
+        as_lines=False,
+    )
+    dataset = tmp_path / "docs.json"
+    dataset.write_text(json.dumps(SMALL_DOCS, ensure_ascii=False), encoding="utf-8")
+    with FakeJudgeServer("我认为回答大致正确") as server:
+        code = cs3_bench(
+            [
+                "score", "--outputs", str(outputs), "--set", "knowledge", "--out", str(tmp_path / "out"),
+                "--dataset", str(dataset), "--reference-scripts", str(AUTHORS),
+                "--judge-base-url", server.base_url, "--judge-api-key-env", "", "--judge-model", "m",
+                "--judge-cache", str(tmp_path / "judge.sqlite"), "--no-progress",
+            ]
+        )  # fmt: skip
+    summary = json.loads((tmp_path / "out" / "knowledge.summary.json").read_text(encoding="utf-8"))
+    markdown = (tmp_path / "out" / "knowledge.summary.md").read_text(encoding="utf-8")
+    assert code == 3
+    assert summary["text"]["accuracy"]["value"] == 0.0  # counted wrong, as the authors' code does
+    assert summary["n_judge_unparsed"] == summary["n_judge_verdicts"] == 4
+    assert summary["text"]["status_counts"]["judge_unparsed"] == 4
+    assert "4 of 4 judge verdicts UNPARSED" in markdown
+    board = leaderboard_markdown(leaderboard_rows({"m": {"knowledge": summary}}))
+    assert "4 of 4 judge verdicts unparsed" in board
+
+
+def _config(server: FakeJudgeServer, tmp: Path, **overrides) -> JudgeConfig:
+    settings = dict(
+        base_url=server.base_url,
+        model=reference.REFERENCE_JUDGE_MODEL,
+        api_key_env="",
+        cache_path=tmp / "judge.sqlite",
+        max_concurrency=4,
+        backoff_initial=0.0,
+        max_retries=1,
+    )
+    return JudgeConfig(**{**settings, **overrides})
+
+
 # ---------------------------------------------------------------------------------------------------
 # locating, downloading and reading the scripts
 
 
 def test_scripts_from_argument_env_and_errors(tmp_path, monkeypatch):
     _need_authors()
-    monkeypatch.delenv(reference.SCRIPTS_ENV, raising=False)
+    monkeypatch.delenv(reference_scripts.SCRIPTS_ENV, raising=False)
     monkeypatch.setenv("CS3_BENCH_CACHE", str(tmp_path / "cache"))
-    found = reference.find_reference_scripts(AUTHORS)
+    found = reference_scripts.find_reference_scripts(AUTHORS)
     assert found.directory == (AUTHORS / "utils").resolve() and found.pinned and found.origin == "argument"
-    assert reference.find_reference_scripts(AUTHORS / "utils").pinned
-    monkeypatch.setenv(reference.SCRIPTS_ENV, str(AUTHORS))
-    assert reference.find_reference_scripts().origin == "environment"
-    with pytest.raises(reference.ReferenceScriptsError, match="holds neither"):
-        reference.find_reference_scripts(tmp_path)
-    monkeypatch.delenv(reference.SCRIPTS_ENV)
-    with pytest.raises(reference.ReferenceScriptsError) as error:
-        reference.find_reference_scripts(download=False)
+    assert reference_scripts.find_reference_scripts(AUTHORS / "utils").pinned
+    monkeypatch.setenv(reference_scripts.SCRIPTS_ENV, str(AUTHORS))
+    assert reference_scripts.find_reference_scripts().origin == "environment"
+    with pytest.raises(reference_scripts.ReferenceScriptsError, match="holds neither"):
+        reference_scripts.find_reference_scripts(tmp_path)
+    monkeypatch.delenv(reference_scripts.SCRIPTS_ENV)
+    with pytest.raises(reference_scripts.ReferenceScriptsError) as error:
+        reference_scripts.find_reference_scripts(download=False)
     message = str(error.value)
-    assert "--reference-scripts" in message and reference.SCRIPTS_ENV in message
+    assert "--reference-scripts" in message and reference_scripts.SCRIPTS_ENV in message
     assert "download" in message and "--protocol cs3" in message
 
 
@@ -391,56 +646,60 @@ def _file_server(root: Path):
 
 def test_download_is_checked_and_cached(tmp_path, monkeypatch):
     _need_authors()
-    monkeypatch.delenv(reference.SCRIPTS_ENV, raising=False)
+    monkeypatch.delenv(reference_scripts.SCRIPTS_ENV, raising=False)
     monkeypatch.setenv("CS3_BENCH_CACHE", str(tmp_path / "cache"))
     site = tmp_path / "site"
     shutil.copytree(AUTHORS / "utils", site / "utils")
     with _file_server(site) as base:
         url = base + "/utils/{name}"
-        found = reference.find_reference_scripts(url=url)
+        found = reference_scripts.find_reference_scripts(url=url)
         assert found.origin == "download" and found.pinned
-        assert reference.find_reference_scripts(download=False).origin == "cache"  # no second download
+        assert (
+            reference_scripts.find_reference_scripts(download=False).origin == "cache"
+        )  # no second download
         (site / "utils" / "cs_open_ended.py").write_text("tampered", encoding="utf-8")
-        with pytest.raises(reference.ReferenceScriptsError, match="sha256"):
-            reference.download_reference_scripts(tmp_path / "other", url=url)
+        with pytest.raises(reference_scripts.ReferenceScriptsError, match="sha256"):
+            reference_scripts.download_reference_scripts(tmp_path / "other", url=url)
         assert not (tmp_path / "other" / "cs_open_ended.py").exists()
-    with pytest.raises(reference.ReferenceScriptsError, match="--protocol cs3"):
-        reference.download_reference_scripts(tmp_path / "x", url="http://127.0.0.1:9/{name}", timeout=2)
+    with pytest.raises(reference_scripts.ReferenceScriptsError, match="--protocol cs3"):
+        reference_scripts.download_reference_scripts(
+            tmp_path / "x", url="http://127.0.0.1:9/{name}", timeout=2
+        )
     assert len(list(found.directory.iterdir())) == 3
 
 
 def test_template_of_another_shape_is_a_clear_error(tmp_path):
     _need_authors()
-    for name in reference.SCRIPT_SHA256:
+    for name in reference_scripts.SCRIPT_SHA256:
         shutil.copyfile(AUTHORS / "utils" / name, tmp_path / name)
     text = (tmp_path / "cs_knowledge.py").read_text(encoding="utf-8")
     (tmp_path / "cs_knowledge.py").write_text(
         text.replace('startswith("正确")', 'startswith("对")'), encoding="utf-8"
     )
-    with pytest.raises(reference.ReferenceScriptsError, match="verdict prefixes"):
-        reference.load_templates(tmp_path)
-    assert not reference.find_reference_scripts(tmp_path).pinned
+    with pytest.raises(reference_scripts.ReferenceScriptsError, match="verdict prefixes"):
+        reference_scripts.load_templates(tmp_path)
+    assert not reference_scripts.find_reference_scripts(tmp_path).pinned
 
 
 def test_no_judge_needs_no_scripts(tmp_path, monkeypatch):
-    monkeypatch.setenv(reference.SCRIPTS_ENV, str(tmp_path / "nowhere"))
+    monkeypatch.setenv(reference_scripts.SCRIPTS_ENV, str(tmp_path / "nowhere"))
     docs = [
-        {
-            "Qid": "k-0",
-            "Question": "q",
-            "Answer_zh": "乔治·华盛顿",
-            "Answer_en": "George Washington",
-            "Category": "Acoustic",
-        },
-        {"Qid": "k-1", "Question": "q", "Answer_zh": "猪", "Answer_en": "Pig", "Category": "Semantic"},
+        {"Qid": "k-0", "Question": "q", "Answer_zh": "乔治·华盛顿", "Answer_en": "George Washington"},
+        {"Qid": "k-1", "Question": "q", "Answer_zh": "猪", "Answer_en": "Pig"},
     ]
-    records = reference.score_reference_set("knowledge", docs, {"k-0": "是华盛顿", "k-1": "是狗"}, judge=None)
-    assert [r["status"] for r in records] == ["keyword", "unresolved"]
-    assert reference.summarize_reference("knowledge", records)["accuracy"]["value"] == 0.5
-    open_records = reference.score_reference_set(
-        "open_ended", [{"Qid": "o-0", "Question": "q", "Answer": "a"}], {"o-0": "r"}, judge=None
+    outputs = [ModelOutput("k-0", "是华盛顿", None), ModelOutput("k-1", "是狗", None)]
+    records = score_batch("knowledge", docs, outputs, judge=None, protocol="reference", progress=False)
+    assert [r["text_status"] for r in records] == ["keyword", "unresolved"]
+    assert summarize("knowledge", records)["text"]["accuracy"]["value"] == 0.5
+    open_records = score_batch(
+        "open_ended",
+        [{"Qid": "o-0", "Question": "q", "Answer": "a"}],
+        [ModelOutput("o-0", "r", None)],
+        judge=None,
+        protocol="reference",
+        progress=False,
     )
-    assert reference.summarize_reference("open_ended", open_records)["avg_relevance"]["value"] is None
+    assert summarize("open_ended", open_records)["text"]["mean_relevance"]["value"] is None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -468,76 +727,11 @@ def test_reply_parsing_is_theirs():
     assert score("[6]") is None and score("[ 4 ]") is None and score("") is None and score("4分") is None
 
 
-# ---------------------------------------------------------------------------------------------------
-# their output layout
-
-
-def test_authors_layout_array_lines_wavs_and_transcripts(tmp_path):
-    out = tmp_path / "model"
-    rows = [
-        {"Qid": "codeswitching_knowledge-000", "Response": "答"},
-        {"Qid": "codeswitching_knowledge-001", "Response": ""},
-        {"Qid": "codeswitching_knowledge-000", "Response": "again"},
-        {"Response": "no qid"},
-        {"Qid": "../evil", "Response": "x"},
-    ]
-    _write_outputs(out / "json" / "cs_knowledge.json", rows, as_lines=False)
-    (out / "wav" / "cs_knowledge").mkdir(parents=True)
-    (out / "wav" / "cs_knowledge" / "codeswitching_knowledge-000.wav").write_bytes(b"RIFF")
-    read = reference.read_authors_outputs(out, "knowledge")
-    first = read["codeswitching_knowledge-000"]
-    assert first["text"] == "答" and first["audio"].endswith(
-        "wav/cs_knowledge/codeswitching_knowledge-000.wav"
-    )
-    assert "duplicate Qid" in first["problem"]
-    assert "empty Response" in read["codeswitching_knowledge-001"]["problem"]
-    assert "missing wav" in read["codeswitching_knowledge-001"]["problem"]
-    assert any("no Qid" in (v["problem"] or "") for v in read.values())
-    assert "cannot name a wav" in read["../evil"]["problem"]
-    try:  # its home after the scoring split
-        from cs3_tasks.scoring.outputs import ModelOutput
-    except ImportError:
-        from cs3_tasks.scoring.pipeline import ModelOutput
-
-    assert ModelOutput(**first).qid == "codeswitching_knowledge-000"
-
-    # JSON lines, flat wav/<Qid>.wav, and the given transcripts
-    _write_outputs(out / "json" / "cs_open_ended.json", [{"Qid": "o-1", "Response": "r"}], as_lines=True)
-    (out / "wav" / "o-1.wav").write_bytes(b"RIFF")
-    assert reference.read_authors_outputs(out, "open_ended")["o-1"]["audio"].endswith("wav/o-1.wav")
-    _write_outputs(
-        out / "json_asr" / "cs_open_ended.json",
-        [{"Qid": "o-1", "Response": "r", "Response_hyp": "heard"}],
-        as_lines=False,
-    )
-    assert reference.read_given_transcripts(out, "open_ended")["o-1"]["transcript"] == "heard"
-    assert reference.find_authors_sets(out) == ["knowledge", "open_ended"]
-
-    # text-only model (no wav folder): no audio, no problem; non-UTF-8 bytes: a clear error
-    text_only = tmp_path / "text-only"
-    _write_outputs(
-        text_only / "json" / "cs_knowledge_en.json", [{"Qid": "e-0", "Response": "x"}], as_lines=True
-    )
-    assert reference.read_authors_outputs(text_only, "knowledge_en")["e-0"] == {
-        "qid": "e-0",
-        "text": "x",
-        "audio": None,
-        "problem": None,
-    }
-    (text_only / "json" / "cs_knowledge_en.json").write_bytes(
-        '{"Qid": "e-0", "Response": "答"}\n'.encode("gbk")
-    )
-    with pytest.raises(ValueError, match="line 1 is not UTF-8"):
-        reference.read_authors_outputs(text_only, "knowledge_en")
-    with pytest.raises(FileNotFoundError, match="cs_knowledge.json"):
-        reference.read_authors_outputs(text_only, "knowledge")
-
-
 def test_shipped_hashes_match_the_shared_copies():
     _need_authors()
-    for name, digest in reference.SCRIPT_SHA256.items():
+    for name, digest in reference_scripts.SCRIPT_SHA256.items():
         assert hashlib.sha256((AUTHORS / "utils" / name).read_bytes()).hexdigest() == digest
-    assert os.path.basename(reference.CACHE_SUBDIR) == "utils"
+    assert os.path.basename(reference_scripts.CACHE_SUBDIR) == "utils"
 
 
 def test_comparability_flags():

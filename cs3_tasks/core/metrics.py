@@ -62,7 +62,7 @@ def _contains_keyword(response_spans: str, keyword: str | None, min_chars: int =
 # 肯 (Ken, also in 肯定 "certainly"), 范 (Van, in 范围), 休 (Hugh, in 休息) and T (Russell T Davies, in any
 # English text); such an item goes to the judge instead. The whole Answer_zh is always matched, however
 # short (猪, 马). The authors' rule verbatim (raw substrings, no normalisation) is the reference protocol's:
-# `cs3_tasks.scoring.reference.knowledge_keyword_hit`; min_part_chars=1 does not give it.
+# `cs3_tasks.scoring.protocols.reference.knowledge_keyword_hit`; min_part_chars=1 does not give it.
 MIN_NAME_PART_CHARS = 2
 
 

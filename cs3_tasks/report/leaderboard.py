@@ -117,6 +117,9 @@ def leaderboard_rows(models: Mapping[str, Mapping[str, dict]]) -> list[dict]:
             row[f"lsa_{ch}"] = _pooled(summaries, "lsa", ch)
             row[f"understanding_{ch}"] = _value(((oe or {}).get(ch) or {}).get("understanding_rate"))
         row["psr"] = _pooled(summaries, "psr", None)
+        # verdicts no judge reply held (reference: counted wrong, as the authors' code does): said, not hidden
+        row["judge_unparsed"] = sum((s or {}).get("n_judge_unparsed") or 0 for s in summaries.values())
+        row["judge_verdicts"] = sum((s or {}).get("n_judge_verdicts") or 0 for s in summaries.values())
         rows.append(row)
 
     def sort_key(row: dict) -> tuple:
@@ -166,7 +169,13 @@ def leaderboard_markdown(rows: Sequence[dict], notes: Sequence[str] = ()) -> str
             "scoring (quote these next to the paper), cs3 = our stricter audit scoring."
         ),
     ]
-    extra = ["", *notes] if notes else []
+    unparsed = [
+        f"{row['model']}: {row['judge_unparsed']} of {row['judge_verdicts']} judge verdicts unparsed "
+        "(counted wrong, as the authors' code does)"
+        for row in rows
+        if row.get("judge_unparsed")
+    ]
+    extra = ["", *unparsed, *notes] if notes or unparsed else []
     return "\n".join(lines + legend + extra) + "\n"
 
 

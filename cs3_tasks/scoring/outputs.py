@@ -4,8 +4,7 @@ Authors' layout: ``json/cs_<set>.json`` or ``json/<set>.json`` (one JSON array, 
 or JSON lines; rows {Qid, Response}) + ``wav/cs_<set>/<Qid>.wav``, ``wav/<set>/<Qid>.wav`` or
 ``wav/<Qid>.wav``
 (no ``wav/`` folder: a text-only model); ``json_asr/cs_<set>.json`` ({Qid, Response_hyp}) holds given
-transcripts (`read_given_transcripts`). The file names and the array-or-lines reading are
-`cs3_tasks.scoring.reference`'s (one home for the authors' layout).
+transcripts (`read_given_transcripts`). This module is the one home of both layouts.
 Ours: ``<set>.jsonl`` (JSON lines {Qid, text, audio}; audio relative to the outputs dir or absolute), and/or
 the per-rank shards ``<set>.rank<k>.jsonl`` of a data-parallel run (read as their union).
 Problems of single items (bad JSON line, empty response, missing wav) are carried on the item
@@ -30,6 +29,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from cs3_tasks.core.audio import AudioSource
 
 IN_MEMORY_AUDIO = "<in-memory audio>"
+# The authors' file stem of each set (json/<stem>.json, wav/<stem>/, json_asr/<stem>.json, utils/<stem>.py).
+AUTHORS_SET_FILES = {
+    "knowledge": "cs_knowledge",
+    "knowledge_en": "cs_knowledge_en",
+    "open_ended": "cs_open_ended",
+}
 
 
 @dataclass
@@ -87,14 +92,8 @@ def read_outputs(
     """
     if set_name not in known_sets:
         check_set(set_name)
-    from cs3_tasks.scoring import reference
-
     outputs_dir = Path(outputs_dir)
-    if set_name in reference.SETS:
-        authors = reference.authors_outputs_file(outputs_dir, set_name)
-    else:  # another task's set (e.g. the conversation set): json/<set>.json
-        authors = outputs_dir / "json" / f"{set_name}.json"
-        authors = authors if authors.is_file() else None
+    authors = authors_file(outputs_dir, "json", set_name)
     ours = output_files(outputs_dir, set_name)
     if authors is not None and ours:
         raise ValueError(
@@ -104,7 +103,7 @@ def read_outputs(
         return _read_rows(authors, outputs_dir, set_name, authors_layout=True)
     if ours:
         return read_output_union(ours, outputs_dir, set_name)
-    stem = reference.AUTHORS_SET_FILES.get(set_name, set_name)
+    stem = AUTHORS_SET_FILES.get(set_name, set_name)
     raise FileNotFoundError(
         f"no outputs for set {set_name!r} in {outputs_dir}: expected json/{stem}.json (or "
         f"json/{set_name}.json) + wav/{stem}/<Qid>.wav (authors' layout) or {set_name}.jsonl"
@@ -113,20 +112,54 @@ def read_outputs(
 
 def find_output_sets(outputs_dir: Path, known_sets: Sequence[str] = SETS) -> list[str]:
     """The sets an outputs folder holds, in either layout, in ``known_sets`` order (for ``--set all``)."""
-    from cs3_tasks.scoring import reference
-
     outputs_dir = Path(outputs_dir)
-    authors = set(reference.find_authors_sets(outputs_dir))
-    return [name for name in known_sets if name in authors or output_files(outputs_dir, name)]
+    return [
+        name
+        for name in known_sets
+        if (name in SETS and authors_file(outputs_dir, "json", name)) or output_files(outputs_dir, name)
+    ]
+
+
+def authors_file(outputs_dir: Path, folder: str, set_name: str) -> Path | None:
+    """``<folder>/cs_<set>.json`` or ``<folder>/<set>.json`` of an outputs folder in the authors' layout
+    (another task's set: ``<folder>/<set>.json``); None when absent, ValueError when both are there."""
+    found = [
+        Path(outputs_dir) / folder / f"{name}.json"
+        for name in dict.fromkeys([AUTHORS_SET_FILES.get(set_name, set_name), set_name])
+        if (Path(outputs_dir) / folder / f"{name}.json").is_file()
+    ]
+    if len(found) > 1:
+        raise ValueError(
+            f"{outputs_dir}: both {found[0].name} and {found[1].name} in {folder}/ for set {set_name}; "
+            "keep one"
+        )
+    return found[0] if found else None
 
 
 def read_given_transcripts(outputs_dir: Path, set_name: str) -> dict[str, str | None]:
     """Qid -> ``Response_hyp`` of ``json_asr/cs_<set>.json`` (the authors' transcripts); FileNotFoundError
-    when absent. A row without usable text maps to None (the speech channel of that item is then missing)."""
-    from cs3_tasks.scoring import reference
-
-    given = reference.read_given_transcripts(outputs_dir, set_name)
-    return {qid: row["transcript"] for qid, row in given.items() if not qid.startswith("<")}
+    when absent. A row without usable text maps to None (the speech channel of that item is then missing);
+    rows without a Qid are skipped, the first row of a Qid wins."""
+    check_set(set_name)
+    path = authors_file(Path(outputs_dir), "json_asr", set_name)
+    if path is None:
+        raise FileNotFoundError(
+            f"no transcripts for set {set_name!r} in {outputs_dir}: expected "
+            f"json_asr/{AUTHORS_SET_FILES[set_name]}.json with Response_hyp"
+        )
+    given: dict[str, str | None] = {}
+    for line_no, row in _rows(path):
+        if line_no is not None:  # a JSON line: parsed here; a bad one names no Qid
+            try:
+                row = json.loads(row) if isinstance(row, str) else None
+            except ValueError:
+                row = None
+        qid = row.get("Qid") if isinstance(row, dict) else None
+        if not isinstance(qid, str) or not qid.strip() or qid.strip() in given:
+            continue
+        value = row.get("Response_hyp")
+        given[qid.strip()] = value if isinstance(value, str) else None
+    return given
 
 
 def output_files(outputs_dir: Path, set_name: str) -> list[Path]:
@@ -292,12 +325,10 @@ def _parse_line(
 
 
 def _authors_wav(outputs_dir: Path, set_name: str, qid: str) -> tuple[str | None, str | None]:
-    from cs3_tasks.scoring import reference
-
     if not (outputs_dir / "wav").is_dir():
         return None, None  # no wav/ folder at all: a text-only model, the speech channel is not applicable
-    stem = reference.AUTHORS_SET_FILES.get(set_name, set_name)
-    if "/" in qid or "\\" in qid or qid in (".", ".."):
+    stem = AUTHORS_SET_FILES.get(set_name, set_name)
+    if "/" in qid or "\\" in qid or "\x00" in qid or qid in (".", ".."):
         return None, f"Qid {qid!r} cannot name a wav file"
     for folder in dict.fromkeys([stem, set_name]):
         wav = outputs_dir / "wav" / folder / f"{qid}.wav"

@@ -36,13 +36,13 @@ from cs3_tasks.scoring.outputs import (
 if TYPE_CHECKING:  # pragma: no cover
     from cs3_tasks.asr import AsrConfig
     from cs3_tasks.judge import JudgeConfig, Verdict
+from cs3_tasks.scoring.protocols import Protocol, protocol_for
 from cs3_tasks.scoring.records import (
+    ASPECTS,
     ASR_LANGUAGE_HINT,
     DEFAULT_PROTOCOL,
     EXPECTED_LANGUAGE,
-    OPEN_ENDED_ASPECTS,
     blank_record,
-    check_protocol,
 )
 
 # Speech-channel judge requests are sent in chunks of this many records, so that finished records are
@@ -50,140 +50,33 @@ from cs3_tasks.scoring.records import (
 JUDGE_CHUNK_RECORDS = 32
 
 
-def _keyword_hit(set_name: str, doc: Mapping, response: str, protocol: str = "cs3") -> bool:
-    from cs3_tasks.core import metrics
-
-    if protocol == "reference":
-        from cs3_tasks.scoring import reference
-
-        fields = ("Answer_zh", "Answer_en") if set_name == "knowledge" else ("Answer",)
-        return reference.keyword_hit(set_name, {f: doc.get(f) or "" for f in fields}, response)
-
-    if set_name == "knowledge":
-        return bool(
-            metrics.knowledge_keyword_hit(response, doc.get("Answer_zh") or "", doc.get("Answer_en") or "")
-        )
-    return bool(metrics.english_keyword_hit(response, doc.get("Answer") or ""))
-
-
-def _judge_item(set_name: str, doc: Mapping, response: str, aspect: str | None):
-    """The judge module's item for one (doc, response): KnowledgeItem or OpenEndedItem."""
-    from cs3_tasks import judge
-
-    qid, question = str(doc["Qid"]), doc.get("Question") or ""
-    if aspect is not None:
-        return judge.OpenEndedItem(question=question, reference=doc.get("Answer"), response=response, qid=qid)
-    if set_name == "knowledge":
-        return judge.KnowledgeItem(
-            question=question,
-            reference=doc.get("Answer_zh") or "",
-            response=response,
-            reference_en=doc.get("Answer_en"),
-            qid=qid,
-        )
-    return judge.KnowledgeItem(
-        question=question, reference=doc.get("Answer") or "", response=response, qid=qid
-    )
-
-
 @dataclass
 class _JudgeJob:
     index: int  # record index
     channel: str
     aspect: str | None  # None = knowledge correctness; "relevance" | "semantic" for open_ended
-    item: Any
+    pair: tuple[Mapping, str]  # (doc, the response the judge reads)
 
 
 def _run_judge_jobs(
     set_name: str,
     jobs: Sequence[_JudgeJob],
     config: JudgeConfig,
+    protocol: Protocol,
+    context: Any,
     progress: bool = False,
-    templates: Any = None,
 ) -> list[Verdict]:
-    """Judge all jobs, one judge call per aspect (the judge sends identical prompts once, concurrently).
-    ``templates`` (`reference.ReferenceTemplates`): judge as the authors' code does (reference protocol)."""
-    from cs3_tasks import judge
-
-    if templates is not None:
-        return _run_reference_jobs(set_name, jobs, config, templates, progress)
-
+    """Judge all jobs, one protocol judge call per aspect (the engine sends identical prompts once,
+    concurrently)."""
     verdicts: list[Verdict | None] = [None] * len(jobs)
     by_aspect: dict[str | None, list[int]] = defaultdict(list)
     for i, job in enumerate(jobs):
         by_aspect[job.aspect].append(i)
     for aspect, indices in by_aspect.items():
-        items = [jobs[i].item for i in indices]
-        if aspect is None:
-            language = "en" if set_name == "knowledge_en" else "zh"
-            answers = judge.judge_knowledge(items, config, language=language, progress=progress)
-        else:
-            answers = judge.judge_open_ended(items, config, aspect=aspect, progress=progress)
+        answers = protocol.judge(set_name, aspect, [jobs[i].pair for i in indices], config, context, progress)
         for i, verdict in zip(indices, answers):
             verdicts[i] = verdict
     return verdicts  # type: ignore[return-value]
-
-
-def _run_reference_jobs(
-    set_name: str, jobs: Sequence[_JudgeJob], config: JudgeConfig, templates: Any, progress: bool
-) -> list:
-    """The reference protocol's judge (`reference.judge_knowledge` / `judge_open_ended`) for the jobs, whose
-    items are (doc, response) pairs; verdicts are `reference.ReferenceVerdict` (value, raw, asks,
-    fallback)."""
-    from cs3_tasks.scoring import reference
-
-    verdicts: list = [None] * len(jobs)
-    by_aspect: dict[str | None, list[int]] = defaultdict(list)
-    for i, job in enumerate(jobs):
-        by_aspect[job.aspect].append(i)
-    for aspect, indices in by_aspect.items():
-        items = [jobs[i].item for i in indices]
-        if aspect is None:
-            answers = reference.judge_knowledge(set_name, items, templates, config, progress=progress)
-        else:
-            answers = reference.judge_open_ended(items, aspect, templates, config, progress=progress)
-        for i, verdict in zip(indices, answers):
-            verdicts[i] = verdict
-    return verdicts
-
-
-def _apply_verdict(record: dict, job: _JudgeJob, verdict: Verdict) -> None:
-    ch = job.channel
-    note = getattr(verdict, "note", None)  # what was cut to bound the judge exchange
-    record[f"{ch}_judge_note" if job.aspect is None else f"{ch}_{job.aspect}_note"] = note
-    asks = getattr(verdict, "asks", None)  # reference protocol: replies asked for, and the fallback flag
-    if job.aspect is None:
-        record[f"{ch}_judge_raw"] = verdict.raw
-        if asks is not None:
-            record[f"{ch}_judge_asks"] = asks
-        if asks is not None and not verdict.error and verdict.fallback:
-            # no verdict in 10 replies: their code counts the item wrong
-            record[f"{ch}_status"], record[f"{ch}_correct"] = "judge_unparsed", False
-        elif verdict.error or verdict.value is None:
-            record[f"{ch}_judge_error"] = verdict.error or "judge_error: no verdict"
-            record[f"{ch}_status"], record[f"{ch}_correct"] = "judge_error", None
-        else:
-            record[f"{ch}_judge"] = bool(verdict.value)
-            record[f"{ch}_status"] = "judge_correct" if verdict.value else "judge_wrong"
-            record[f"{ch}_correct"] = bool(verdict.value)
-        return
-    aspect = job.aspect
-    record[f"{ch}_{aspect}_raw"] = verdict.raw
-    if asks is not None:
-        record[f"{ch}_{aspect}_asks"] = asks
-        record[f"{ch}_{aspect}_fallback"] = bool(verdict.fallback and not verdict.error)
-    if verdict.error or verdict.value is None:
-        record[f"{ch}_{aspect}_error"] = verdict.error or "judge_error: no score"
-    else:
-        record[f"{ch}_{aspect}"] = int(verdict.value)
-    if aspect == "relevance":
-        from cs3_tasks.core import metrics
-
-        relevance = record[f"{ch}_relevance"]
-        if asks is not None:  # reference protocol: their scores run 0-5 ([0] is accepted)
-            record[f"{ch}_understood"] = None if relevance is None else relevance > 3
-        else:
-            record[f"{ch}_understood"] = metrics.understood(relevance)  # relevance > 3
 
 
 def _channel_keyword(
@@ -193,17 +86,17 @@ def _channel_keyword(
     ch: str,
     response: str | None,
     judge_enabled: bool,
-    protocol: str = "cs3",
+    protocol: Protocol,
 ) -> bool:
     """Keyword stage of one channel; True when the judge is still needed."""
     if response is None:
         return False  # status stays "missing"
-    if protocol == "cs3" and not response.strip():
+    if protocol.empty_response_is_wrong and not response.strip():
         # The model said nothing: a wrong answer, not an excluded item (else silence would raise accuracy).
         record[f"{ch}_keyword_hit"] = False
         record[f"{ch}_status"], record[f"{ch}_correct"] = "empty", False
         return False
-    hit = _keyword_hit(set_name, doc, response, protocol)
+    hit = protocol.keyword_hit(set_name, doc, response)
     record[f"{ch}_keyword_hit"] = hit
     if hit:
         record[f"{ch}_status"], record[f"{ch}_correct"] = "keyword", True
@@ -343,7 +236,7 @@ def score_batch(
     judge: JudgeConfig | None = None,
     progress: bool = True,
     on_record: Callable[[dict], None] | None = None,
-    protocol: str = DEFAULT_PROTOCOL,
+    protocol: str | Protocol = DEFAULT_PROTOCOL,
     templates: Any = None,
     reference_scripts: str | Path | None = None,
 ) -> list[dict]:
@@ -351,7 +244,7 @@ def score_batch(
 
     ``protocol``: "reference" (the authors' scoring; its judge prompts are ``templates``, else read from
     ``reference_scripts`` / $CS3_REFERENCE_SCRIPTS / the pinned download before any work when a judge is
-    set) or "cs3" (see PROTOCOLS).
+    set) or "cs3" (see PROTOCOLS), or its `protocols.Protocol` object.
 
     One record per doc (a doc without output: problem "no output", channels "missing") and one per
     output whose Qid is not among ``docs`` (problem "unknown Qid"), docs first, in order. ``judge=None``
@@ -360,21 +253,12 @@ def score_batch(
     transcribes the speech (``asr_model`` / ``asr_backend`` fill in its fields when given).
     """
     check_set(set_name)
-    check_protocol(protocol)
-    if protocol == "reference" and judge is not None and templates is None:
-        from cs3_tasks.scoring import reference
-
-        templates = reference.load_templates(reference_scripts)  # fail fast, before ASR and judge work
-    reference_templates = templates if protocol == "reference" else None
+    scoring = protocol_for(protocol)
+    context = scoring.judge_context(judge, reference_scripts, templates)  # a setup error comes first
 
     def blank(qid: str, doc: Mapping | None, problem: str | None) -> dict:
         category = doc.get("Category") if doc is not None and set_name in KNOWLEDGE_SETS else None
-        return blank_record(set_name, qid, category, problem, protocol)
-
-    def item(doc: Mapping, response: str, aspect: str | None):
-        if reference_templates is not None:
-            return (doc, response)
-        return _judge_item(set_name, doc, response, aspect)
+        return blank_record(set_name, qid, category, problem, scoring.name)
 
     records, pairs = pair_outputs(set_name, docs, outputs, doc_id=lambda doc: str(doc["Qid"]), blank=blank)
 
@@ -396,14 +280,12 @@ def score_batch(
             continue
         if open_ended:
             if judge_enabled:
-                text_jobs += [_JudgeJob(i, "text", a, item(doc, output.text, a)) for a in OPEN_ENDED_ASPECTS]
-        elif _channel_keyword(records[i], set_name, doc, "text", output.text, judge_enabled, protocol):
-            text_jobs.append(_JudgeJob(i, "text", None, item(doc, output.text, None)))
+                text_jobs += [_JudgeJob(i, "text", a, (doc, output.text)) for a in ASPECTS]
+        elif _channel_keyword(records[i], set_name, doc, "text", output.text, judge_enabled, scoring):
+            text_jobs.append(_JudgeJob(i, "text", None, (doc, output.text)))
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cs3-text-judge")
     text_future: Future | None = (
-        pool.submit(_run_judge_jobs, set_name, text_jobs, judge, False, reference_templates)
-        if text_jobs
-        else None
+        pool.submit(_run_judge_jobs, set_name, text_jobs, judge, scoring, context) if text_jobs else None
     )
 
     try:
@@ -426,16 +308,14 @@ def score_batch(
                 continue
             if open_ended:
                 if judge_enabled:
-                    speech_jobs += [
-                        _JudgeJob(i, "speech", a, item(doc, transcript, a)) for a in OPEN_ENDED_ASPECTS
-                    ]
-            elif _channel_keyword(records[i], set_name, doc, "speech", transcript, judge_enabled, protocol):
-                speech_jobs.append(_JudgeJob(i, "speech", None, item(doc, transcript, None)))
+                    speech_jobs += [_JudgeJob(i, "speech", a, (doc, transcript)) for a in ASPECTS]
+            elif _channel_keyword(records[i], set_name, doc, "speech", transcript, judge_enabled, scoring):
+                speech_jobs.append(_JudgeJob(i, "speech", None, (doc, transcript)))
 
         # text verdicts (judged while the ASR ran); waiting here keeps the judge's bound on requests in flight
         if text_future is not None:
             for job, verdict in zip(text_jobs, text_future.result()):
-                _apply_verdict(records[job.index], job, verdict)
+                scoring.fill_verdict(records[job.index], job.channel, job.aspect, verdict)
         speech_waiting = sorted({job.index for job in speech_jobs})
         for i in set(range(len(records))) - set(speech_waiting):
             emit(i)
@@ -448,8 +328,8 @@ def score_batch(
         for chunk in _maybe_progress(chunks, progress, "judge (speech)"):
             members = set(chunk)
             jobs = [job for job in speech_jobs if job.index in members]
-            for job, verdict in zip(jobs, _run_judge_jobs(set_name, jobs, judge, False, reference_templates)):
-                _apply_verdict(records[job.index], job, verdict)
+            for job, verdict in zip(jobs, _run_judge_jobs(set_name, jobs, judge, scoring, context)):
+                scoring.fill_verdict(records[job.index], job.channel, job.aspect, verdict)
             for i in chunk:
                 emit(i)
     finally:

@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from cs3_tasks.core.data import KNOWLEDGE_SETS, SETS
-
-if TYPE_CHECKING:  # pragma: no cover
-    pass
-
+from cs3_tasks.core.metrics import UNDERSTOOD_ABOVE
 
 CHANNELS = ("text", "speech")
 
 
-# "reference": the authors' scoring (cs3_tasks.scoring.reference: their prompts read from their scripts, raw
-# keyword
-# test, startswith / first-[0-5] parsing with 10 asks, every item in the denominator); "cs3": our stricter
-# audit protocol (normalised keywords within punctuation-separated spans, strict parsing, judge errors
-# excluded and counted). Both produce the record schema below.
+# "reference": the authors' scoring (cs3_tasks.scoring.protocols.reference: their prompts read from their
+# scripts, raw keyword test, startswith / first-[0-5] parsing with 10 asks, every item in the denominator);
+# "cs3": our stricter audit protocol (normalised keywords within punctuation-separated spans, strict
+# parsing, judge errors excluded and counted). Both produce the record schema below; each is a
+# `protocols.Protocol` object (`protocols.protocol_for`).
 PROTOCOLS = ("reference", "cs3")
 
 
@@ -41,7 +38,15 @@ EXPECTED_LANGUAGE = {name: _zh_en_pair().response_language_of(name) for name in 
 ASR_LANGUAGE_HINT: dict[str, str | None] = {name: _zh_en_pair().asr_language_of(name) for name in SETS}
 
 
-OPEN_ENDED_ASPECTS = ("relevance", "semantic")
+# The two judge scores of an open-ended answer.
+ASPECTS = ("relevance", "semantic")
+OPEN_ENDED_ASPECTS = ASPECTS
+
+# Open-ended: an item is "understood" when its relevance score is > UNDERSTOOD_ABOVE (defined with the
+# metric, `metrics.understood`; imported here so every protocol reads the one threshold). The range of a
+# relevance / semantic score: ours 1-5; the authors' pattern accepts [0] too.
+UNDERSTOOD = UNDERSTOOD_ABOVE
+SCORE_RANGE = {"cs3": (1, 5), "reference": (0, 5)}
 
 
 # "empty": the model answered with nothing (counted as not correct); "missing": no response on this
@@ -133,16 +138,35 @@ RETRYABLE_ERRORS = (
 )
 
 
-def judge_failures(records: Iterable[Mapping]) -> tuple[int, int]:
-    """(failed, asked): the judge verdicts of these records that failed, of all those the judge was asked."""
-    failed = asked = 0
+def _verdicts(records: Iterable[Mapping]):
+    """(error, unparsed, asked) of every judge verdict slot of the records."""
     for record in records:
         for ch in CHANNELS:
-            for kind in ("judge", "relevance", "semantic"):
+            for kind in ("judge", *ASPECTS):
                 if f"{ch}_{kind}_error" not in record:
                     continue
                 error = bool(record[f"{ch}_{kind}_error"])
-                value = record.get(f"{ch}_{kind}")
-                asked += error or value is not None
-                failed += error
-    return failed, asked
+                unparsed = (
+                    record.get(f"{ch}_status") == "judge_unparsed"
+                    if kind == "judge"
+                    else bool(record.get(f"{ch}_{kind}_fallback"))
+                )
+                yield error, unparsed, error or unparsed or record.get(f"{ch}_{kind}") is not None
+
+
+def judge_failures(records: Iterable[Mapping]) -> tuple[int, int]:
+    """(failed, asked): the judge verdicts of these records that failed, of all those the judge was asked."""
+    counts = [(error, asked) for error, _, asked in _verdicts(records)]
+    return sum(error for error, _ in counts), sum(asked for _, asked in counts)
+
+
+def judge_unparsed(records: Iterable[Mapping]) -> tuple[int, int]:
+    """(unparsed, asked): the verdicts no reply had (reference protocol: counted wrong, as the authors' code
+    does, after 10 asks), of all those the judge was asked. Most of them unparsed is an incomplete run."""
+    counts = [(unparsed, asked) for _, unparsed, asked in _verdicts(records)]
+    return sum(u for u, _ in counts), sum(a for _, a in counts)
+
+
+def judge_ran(records: Sequence[Mapping], ch: str) -> bool:
+    """Whether the open-ended judge was asked about any item of this channel (else there is no rate)."""
+    return any(r[f"{ch}_relevance"] is not None or r[f"{ch}_relevance_error"] for r in records)

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from cs3_tasks.core.data import KNOWLEDGE_SETS, check_set
-from cs3_tasks.scoring.records import CHANNELS, STATUSES
+from cs3_tasks.scoring.protocols import Protocol, protocol_for
+from cs3_tasks.scoring.records import CHANNELS, STATUSES, judge_ran
 
 # the two sets compared by `compare_cs_en`: (code-switched, English twin)
 CS_EN_PAIR = ("knowledge", "knowledge_en")
@@ -43,7 +44,7 @@ def _psr(records: Sequence[dict]) -> dict:
     return entry
 
 
-def _channel_summary(set_name: str, records: Sequence[dict], ch: str, protocol: str = "cs3") -> dict | None:
+def _channel_summary(set_name: str, records: Sequence[dict], ch: str, protocol: Protocol) -> dict | None:
     from cs3_tasks.core import metrics
 
     applicable = [r for r in records if (r["text"] if ch == "text" else r["audio"]) is not None]
@@ -73,10 +74,7 @@ def _channel_summary(set_name: str, records: Sequence[dict], ch: str, protocol: 
         n_missing = summary["n_missing"]
     else:
         relevance = [r[f"{ch}_relevance"] for r in applicable]
-        if protocol == "reference":  # their scores run 0-5 ([0] accepted); understood = relevance > 3
-            summary["understanding_rate"] = metrics.rate([None if v is None else v > 3 for v in relevance])
-        else:
-            summary["understanding_rate"] = metrics.understanding_rate(relevance)
+        summary["understanding_rate"] = protocol.understanding_rate(relevance)
         summary["mean_relevance"] = metrics.mean_score([r[f"{ch}_relevance"] for r in applicable])
         summary["mean_semantic"] = metrics.mean_score([r[f"{ch}_semantic"] for r in applicable])
         summary["n_relevance_error"] = sum(1 for r in records if r[f"{ch}_relevance_error"])
@@ -102,11 +100,6 @@ def channel_response(record: Mapping, ch: str) -> str | None:
     """What a channel scores: the text response, or the transcript of the spoken one (None: no response
     on the channel: no output, unreadable output, TTS or ASR failure)."""
     return record["text"] if ch == "text" else record["transcript"]
-
-
-def judge_ran(records: Sequence[Mapping], ch: str) -> bool:
-    """Whether the open-ended judge was asked about any item of this channel (else there is no rate)."""
-    return any(r[f"{ch}_relevance"] is not None or r[f"{ch}_relevance_error"] for r in records)
 
 
 def with_bounds(entry: dict, n_missing: int, *, worst: float = 0.0, best: float = 1.0) -> dict:
@@ -150,65 +143,27 @@ def item_counts(records: Sequence[dict], *, noun: str = "Qid") -> tuple[list[dic
     }
 
 
-def _reference_bounds(set_name: str, records: Sequence[dict], ch: str, channel: dict | None) -> None:
-    """The authors' aggregation on top of a channel summary (reference protocol): ``value`` is over the items
-    with a verdict (unparsed verdicts count wrong, as in their code). A judge transport failure and an item
-    without a response on the channel are missing verdicts: ``low`` / ``high`` bound the number over every
-    item, ``complete`` says whether there is any. Keys added to the headline entries: low, high, complete,
-    n_all (every item)."""
-    from cs3_tasks.scoring.reference import SCORE_RANGE, UNDERSTOOD_ABOVE, bounded_mean
-
-    if channel is None:
-        return
-    if set_name in KNOWLEDGE_SETS:
-        # an item without a response has no verdict (correct None): unknown, as a transport failure
-        heads = {"accuracy": (bounded_mean([r[f"{ch}_correct"] for r in records], 0, 1), 1)}
-        for category, entry in channel.get("by_category", {}).items():
-            bounds = bounded_mean([r[f"{ch}_correct"] for r in records if r["category"] == category], 0, 1)
-            entry.update(low=bounds["low"], high=bounds["high"], complete=bounds["complete"])
-    else:
-        judged = list(records) if judge_ran(records, ch) else []
-        relevance = [r[f"{ch}_relevance"] for r in judged]
-        heads = {
-            "mean_relevance": (bounded_mean(relevance, *SCORE_RANGE), 1),
-            "understanding_rate": (
-                bounded_mean([None if v is None else float(v > UNDERSTOOD_ABOVE) for v in relevance], 0, 1),
-                1,
-            ),
-            "mean_semantic": (bounded_mean([r[f"{ch}_semantic"] for r in judged], *SCORE_RANGE), 1),
-        }
-    complete = True
-    for key, (bounds, _) in heads.items():
-        entry = channel[key]
-        entry.update(low=bounds["low"], high=bounds["high"], complete=bounds["complete"], n_all=bounds["n"])
-        complete = complete and bounds["complete"]
-    channel["complete"] = complete
-
-
 def summarize(set_name: str, records: Sequence[dict], protocol: str | None = None) -> dict:
     """Headline rates with 95% CIs, per Category, and every count needed to audit them.
 
-    ``protocol``: the records' (their "protocol" key; records without one are "cs3"). A reference summary
-    adds the authors' aggregation (`_reference_bounds`) and ``complete`` (False when a verdict is missing).
+    ``protocol``: the records' (their "protocol" key; records without one are "cs3"). The protocol adds its
+    own aggregation (`Protocol.finish_channel`; reference: the authors' bounds, ``complete``, the count of
+    unparsed verdicts).
     """
     from cs3_tasks.core import metrics
 
     check_set(set_name)
     if protocol is None:
         protocol = next((r.get("protocol") for r in records if r.get("protocol")), "cs3")
+    scoring = protocol_for(protocol)
     scorable, counts = item_counts(records)
-    channels = {ch: _channel_summary(set_name, scorable, ch, protocol) for ch in CHANNELS}
-    if protocol == "reference":
-        for ch in CHANNELS:
-            _reference_bounds(set_name, scorable, ch, channels[ch])
+    channels = {ch: _channel_summary(set_name, scorable, ch, scoring) for ch in CHANNELS}
+    for ch in CHANNELS:
+        scoring.finish_channel(set_name, scorable, ch, channels[ch])
     return {
         "set": set_name,
-        "protocol": protocol,
-        **(
-            {"complete": all(c is None or c["complete"] for c in channels.values())}
-            if protocol == "reference"
-            else {}
-        ),
+        "protocol": scoring.name,
+        **scoring.summary_fields(channels),
         **counts,
         "text": channels["text"],
         "speech": channels["speech"],
@@ -227,33 +182,7 @@ def add_comparability(summary: dict, settings: Mapping) -> dict:
     """Say in ``summary`` whether its numbers are comparable with the paper (reference protocol: judge
     qwen-max-2025-01-25, pinned scripts, speech transcribed by Whisper-large-v3 through transformers), from
     the run's settings (`scoring.run_settings`); ``notes`` lists what is not."""
-    if settings.get("protocol") != "reference":
-        summary["comparable_to_paper"] = {"text": False, "speech": False}
-        summary["notes"] = [
-            "cs3 protocol (our audit scoring): not the authors' numbers; quote --protocol reference"
-        ]
-        return summary
-    summary["comparable_to_paper"] = dict(settings.get("comparable_to_paper") or {})
-    notes = []
-    if not settings.get("asr_is_reference"):
-        notes.append(
-            f"speech channel ASR is {settings.get('asr_backend')} {settings.get('asr_model')}, not "
-            "Whisper-large-v3 through transformers: its numbers are not comparable to the paper"
-        )
-    if settings.get("judge") is None:
-        notes.append(
-            "no judge ran: a keyword miss counts as wrong, so every accuracy is a lower bound of the "
-            "authors' judged number, and open-ended has none: not comparable to the paper"
-        )
-    elif not settings.get("judge_is_reference"):
-        notes.append(
-            f"judge is {settings['judge'].get('model')}, not qwen-max-2025-01-25: not comparable to the paper"
-        )
-    scripts = settings.get("reference_scripts")
-    if scripts and not scripts.get("pinned"):
-        notes.append("the authors' scripts are not those of the pinned commit")
-    summary["notes"] = notes
-    return summary
+    return protocol_for(settings.get("protocol") or "cs3").add_comparability(summary, settings)
 
 
 def _accuracy(summary: Mapping | None, ch: str, category: str | None = None) -> float | None:
@@ -339,16 +268,20 @@ def summary_markdown(summary: Mapping) -> str:
         ),
         "",
     ]
-    protocol = summary.get("protocol", "cs3")
-    header = f"protocol: {protocol}"
-    if protocol == "reference":
+    header = f"protocol: {summary.get('protocol', 'cs3')}"
+    if "complete" in summary:  # a protocol that says whether every verdict is known (reference)
         header += (
             ", complete"
-            if summary.get("complete", True)
+            if summary["complete"]
             else (
                 ", INCOMPLETE (judge errors or items without a response: value over the known verdicts, "
                 "[low, high] bounds the number over every item)"
             )
+        )
+    if summary.get("n_judge_unparsed"):
+        header += (
+            f"; {summary['n_judge_unparsed']} of {summary['n_judge_verdicts']} judge verdicts UNPARSED (no "
+            "reply held a verdict in 10 asks: counted wrong, as the authors' code does)"
         )
     lines += [header, *(f"- note: {n}" for n in summary.get("notes") or []), ""]
     if set_name in KNOWLEDGE_SETS:

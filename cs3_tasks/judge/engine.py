@@ -1,0 +1,359 @@
+"""The one judge engine: every judge request of every protocol goes through `ask_batch`.
+
+Each prompt is sent as one user message (or a given message list) to ``POST {base_url}/chat/completions``
+(``cs3_tasks.core.chat_api``) with a bounded number of requests in flight, retried by the shared policy
+(timeouts, connection errors, HTTP 408/429/5xx, malformed bodies), its reply redacted (the API key never
+reaches a record or the cache, even when a server echoes the Authorization header) and cut to
+MAX_REPLY_CHARS, and cached in sqlite. How an item is asked and its reply read is an `AskPolicy`: the cs3
+protocol's strict parser with one ask, or the reference protocol's rule (up to 10 asks, then a fallback).
+
+Failure policy, the same for every policy: a request that still times out or errors after the last
+attempt, and any other failure (a bad charset, a key that cannot be sent), yields
+``Verdict(value=None, error="judge_error: <cause>")`` for that item only; it is never scored as right,
+wrong or 0. Only refused credentials (HTTP 401/403) stop the run (`JudgeAuthError`): every request would
+fail the same way.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+
+from cs3_tasks.core.cache import SqliteCache, stable_key
+from cs3_tasks.core.chat_api import (
+    AuthenticationError,
+    EndpointError,
+    call_with_retries,
+    message_text,
+    post_chat,
+    snippet,
+)
+from cs3_tasks.judge.config import JudgeAuthError, JudgeConfig
+from cs3_tasks.judge.parsing import UnparseableReply
+from cs3_tasks.judge.redaction import redact, url_secrets
+
+JUDGE_ERROR = "judge_error"
+# Bump when the request format changes in a way that makes old cached replies invalid.
+CACHE_SCHEMA = "cs3-judge/v1"
+
+# Size bounds of one judge exchange. A message longer than MAX_MESSAGE_CHARS is sent as its head and tail
+# (the prompt's instructions sit at both ends) with a marker; a reply body larger than MAX_REPLY_BYTES is
+# not read further (an error); the assistant text kept, parsed, cached and recorded is at most
+# MAX_REPLY_CHARS. Each cut is said in Verdict.note.
+MAX_MESSAGE_CHARS = 32_000
+MAX_REPLY_BYTES = 4_000_000
+MAX_REPLY_CHARS = 20_000
+
+
+@dataclass(frozen=True)
+class Verdict:
+    value: Any  # True/False for knowledge, a score for open-ended; None on error
+    raw: str | None  # the judge's (last) reply, redacted and bounded
+    error: str | None = None  # "judge_error: <cause>" when timed out / failed / unparseable
+    note: str | None = None  # what was cut to bound the exchange (a long prompt or reply), else None
+    asks: int = 1  # replies asked for (the reference protocol records it)
+    fallback: bool = False  # no reply parsed in the policy's asks: its fallback value was applied
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class AskPolicy:
+    """How the engine asks one item and reads the reply.
+
+    ``unparsed_is_error`` True (cs3): one ask; a reply ``parse`` rejects is re-sent within the transport
+    retry budget and, still unparsed, is a judge_error (a verdict is never guessed); only parsed replies
+    are cached. False (reference): up to ``max_asks`` asks, each with its own transport retries, every
+    reply cached per (prompt, ask number) so a re-run replays the same sequence; after ``max_asks``
+    unparsed replies the value is ``fallback`` (``Verdict.fallback``).
+    """
+
+    parse: Callable[[str], Any]  # the value of a reply, or raises UnparseableReply
+    max_asks: int = 1
+    fallback: Any = None
+    unparsed_is_error: bool = True
+    cache_schema: str = CACHE_SCHEMA  # part of the cache key: another reading never serves stale replies
+
+
+def strict_policy(parse: Callable[[str], Any]) -> AskPolicy:
+    """The cs3 protocol's policy for ``parse``: one ask, a reply it cannot read is a judge_error."""
+    return AskPolicy(parse=parse)
+
+
+def bounded_messages(messages: Sequence[dict]) -> tuple[list[dict], str | None]:
+    """``messages`` with every text content longer than MAX_MESSAGE_CHARS cut to its head and tail around a
+    marker, and a note saying what was cut (None when nothing was)."""
+    out, cuts = [], []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str) and len(content) > MAX_MESSAGE_CHARS:
+            half = (MAX_MESSAGE_CHARS - 100) // 2
+            marker = f"\n[... {len(content) - 2 * half} characters cut by cs3-bench ...]\n"
+            message = {**message, "content": content[:half] + marker + content[-half:]}
+            cuts.append(f"{len(content)} -> {len(message['content'])}")
+        out.append(message)
+    note = f"judge request cut to bound its size (message characters {', '.join(cuts)})" if cuts else None
+    return out, note
+
+
+def chat_completion(
+    messages: Sequence[dict],
+    config: JudgeConfig,
+    *,
+    api_key: str | None = None,
+    session: requests.Session | None = None,
+) -> str:
+    """One POST {base_url}/chat/completions, no retry: the assistant message text.
+
+    ``config.timeout`` bounds the whole request (connect, headers and body), not each read; a reply body
+    over MAX_REPLY_BYTES is not read. Raises chat_api.EndpointError (``retryable`` per the shared policy),
+    its texts redacted (`redact`: URL credentials and the key).
+    """
+    payload: dict[str, Any] = {
+        "model": config.model,
+        "messages": list(messages),
+        "temperature": config.temperature,
+    }
+    if config.max_tokens is not None:
+        payload["max_tokens"] = config.max_tokens
+    try:
+        reply = post_chat(
+            config.endpoint,
+            payload,
+            api_key=api_key,
+            timeout=config.timeout,
+            session=session,
+            max_reply_bytes=MAX_REPLY_BYTES,
+        )
+        return message_text(reply)
+    except EndpointError as exc:  # error texts are written to records: no credentials
+        secrets = (api_key, *url_secrets(config.base_url))
+        exc.cause, exc.raw = redact(exc.cause, *secrets), redact(exc.raw, *secrets)
+        raise
+
+
+def bounded_reply(raw: str, *secrets: str | None) -> tuple[str, str | None]:
+    """The reply as kept, parsed, cached and recorded: credentials redacted (a server may echo the key;
+    ``secrets`` as in `redact`), at most MAX_REPLY_CHARS; and a note when it was cut."""
+    raw = redact(raw, *secrets)
+    if len(raw) <= MAX_REPLY_CHARS:
+        return raw, None
+    return raw[:MAX_REPLY_CHARS], f"judge reply cut to its first {MAX_REPLY_CHARS} of {len(raw)} characters"
+
+
+def _join_notes(*notes: str | None) -> str | None:
+    kept = [n for n in notes if n]
+    return "; ".join(kept) if kept else None
+
+
+def _cache_key(policy: AskPolicy, config: JudgeConfig, messages: Sequence[dict], ask: int) -> str:
+    # base_url is part of the key: a model name means different weights on different servers.
+    parts: list[Any] = [
+        policy.cache_schema,
+        config.base_url.rstrip("/"),
+        config.model,
+        list(messages),
+        config.temperature,
+        config.max_tokens,
+    ]
+    if not policy.unparsed_is_error:
+        parts.append(ask)  # each ask of a re-asking policy is its own sample
+    return stable_key(*parts)
+
+
+class _Item:
+    """One distinct prompt: asks it under the policy, reading and filling the cache ask by ask."""
+
+    def __init__(
+        self, messages: list[dict], policy: AskPolicy, config: JudgeConfig, cache: SqliteCache | None
+    ):
+        self.messages, self.policy, self.config, self.cache = messages, policy, config, cache
+
+    def _cached(self, ask: int) -> tuple[str, str | None] | None:
+        if self.cache is None:
+            return None
+        hit = self.cache.get(_cache_key(self.policy, self.config, self.messages, ask))
+        return None if hit is None else (hit["raw"], hit.get("note"))
+
+    def _read(self, raw: str, note: str | None, ask: int) -> Verdict | None:
+        """The verdict of a reply, or None when the policy reads it as no verdict."""
+        try:
+            return Verdict(value=self.policy.parse(raw), raw=raw, note=note, asks=ask + 1)
+        except UnparseableReply:
+            return None
+
+    def _fallback(self, raw: str | None, note: str | None) -> Verdict:
+        policy = self.policy
+        return Verdict(value=policy.fallback, raw=raw, note=note, asks=policy.max_asks, fallback=True)
+
+    def _error(self, cause: str, body: str | None, last: str | None, note: str | None, ask: int) -> Verdict:
+        """A judge_error verdict. Its raw: the failing reply's body for a one-ask policy ("" without one),
+        else that body or the reply of the previous ask (None when there was none)."""
+        raw = (body or "") if self.policy.unparsed_is_error else (body or last)
+        return Verdict(value=None, raw=raw, error=f"{JUDGE_ERROR}: {cause}", note=note, asks=ask + 1)
+
+    def replay(self) -> Verdict | None:
+        """The verdict from cached replies alone; None when some ask must be sent."""
+        last: tuple[str, str | None] | None = None
+        for ask in range(self.policy.max_asks):
+            hit = self._cached(ask)
+            if hit is None:
+                return None
+            verdict = self._read(*hit, ask)
+            if verdict is not None:
+                return verdict
+            if self.policy.unparsed_is_error:
+                return None  # a reply an older parser accepted: ask again
+            last = hit
+        return self._fallback(*(last or (None, None)))
+
+    def ask(self, api_key: str | None, session: requests.Session) -> Verdict:
+        config, policy = self.config, self.policy
+        messages, request_note = bounded_messages(self.messages)
+        secrets = (api_key, *url_secrets(config.base_url))
+        attempts = 0
+
+        def attempt() -> tuple[str, str | None]:
+            nonlocal attempts
+            attempts += 1
+            raw, reply_note = bounded_reply(
+                chat_completion(messages, config, api_key=api_key, session=session), *secrets
+            )
+            if policy.unparsed_is_error:
+                try:
+                    policy.parse(raw)
+                except UnparseableReply as exc:  # re-ask: the next sample may follow the format
+                    raise EndpointError(f"unparseable reply: {exc}", retryable=True, raw=raw) from exc
+            return raw, _join_notes(request_note, reply_note)
+
+        last: tuple[str | None, str | None] = (None, request_note)
+        for ask in range(policy.max_asks):
+            hit = self._cached(ask)
+            if hit is not None:
+                verdict = self._read(*hit, ask)
+                if verdict is not None:
+                    return verdict
+                if not policy.unparsed_is_error:
+                    last = hit
+                    continue
+            attempts = 0
+            try:
+                raw, note = call_with_retries(attempt, config.retry_policy)
+            except AuthenticationError as exc:
+                key_hint = (
+                    f"the key in ${config.api_key_env}"
+                    if config.api_key_env
+                    else "no API key (api_key_env is '')"
+                )
+                raise JudgeAuthError(
+                    f"LLM judge {config.model} at {config.public_base_url} refused the credentials "
+                    f"({redact(exc.cause, *secrets)}); sent {key_hint}. Fix the key or the endpoint and "
+                    "re-run (finished records are kept)."
+                ) from None
+            except EndpointError as exc:
+                cause = exc.cause
+                if exc.retryable:
+                    cause = f"{cause} (after {attempts} attempt{'s' * (attempts > 1)})"
+                return self._error(cause, exc.raw, last[0], request_note, ask)
+            except Exception as exc:  # noqa: BLE001 - one item's failure (a bad charset, a key that cannot
+                # be sent, a bug) must not sink the others: recorded, not hidden
+                cause = f"unexpected {type(exc).__name__}: {snippet(redact(str(exc), *secrets))}"
+                return self._error(cause, None, last[0], request_note, ask)
+            if self.cache is not None:
+                key = _cache_key(policy, config, self.messages, ask)
+                self.cache.put(key, {"raw": raw, "model": config.model, "note": note})
+            verdict = self._read(raw, note, ask)
+            if verdict is not None:
+                return verdict
+            last = (raw, note)
+        return self._fallback(*last)
+
+
+def ask_batch(
+    prompts: Sequence[str | Sequence[dict]],
+    policy: AskPolicy | Callable[[str], Any],
+    config: JudgeConfig,
+    *,
+    progress: bool = False,
+    desc: str = "judge",
+) -> list[Verdict]:
+    """Ask the model about each prompt under ``policy``; a Verdict per prompt, in order.
+
+    A prompt is a str (sent as one user message, as the reference judge does) or a full chat message
+    list. ``policy``: an `AskPolicy`, or a parse function (``parse(reply)`` returns the value or raises
+    UnparseableReply) for the strict one-ask policy. Other modules that need an LLM (the recipe's
+    rewriter/checker) reuse this engine as is.
+
+    Identical prompts are asked once. Cached replies are re-parsed (a parser change never serves stale
+    values). The API key is checked before the first request and only when something is not cached (so a
+    fully cached re-run needs no key).
+    """
+    if not isinstance(policy, AskPolicy):
+        policy = strict_policy(policy)
+    if not prompts:
+        return []
+    messages_list = [
+        [{"role": "user", "content": p}] if isinstance(p, str) else [dict(m) for m in p] for p in prompts
+    ]
+    keys = [_cache_key(policy, config, m, 0) for m in messages_list]
+    cache = SqliteCache(config.resolved_cache_path()) if config.use_cache else None
+    try:
+        items = {key: _Item(m, policy, config, cache) for key, m in zip(keys, messages_list)}
+        done: dict[str, Verdict] = {}
+        for key, item in items.items():
+            verdict = item.replay()
+            if verdict is not None:
+                done[key] = verdict
+        pending = {key: item for key, item in items.items() if key not in done}
+        if pending:
+            done.update(_run_pending(pending, config, progress, desc))
+    finally:
+        if cache is not None:
+            cache.close()
+    return [done[k] for k in keys]
+
+
+def _run_pending(
+    pending: dict[str, _Item], config: JudgeConfig, progress: bool, desc: str
+) -> dict[str, Verdict]:
+    api_key = config.validate()
+    local = threading.local()
+    sessions: list[requests.Session] = []
+    sessions_lock = threading.Lock()
+
+    def work(key: str) -> Verdict:
+        session = getattr(local, "session", None)
+        if session is None:  # requests.Session is not guaranteed thread-safe: one per worker
+            session = local.session = requests.Session()
+            with sessions_lock:
+                sessions.append(session)
+        return pending[key].ask(api_key, session)
+
+    results: dict[str, Verdict] = {}
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(pending), desc=desc, unit="item")
+    try:
+        with ThreadPoolExecutor(max_workers=min(config.max_concurrency, len(pending))) as pool:
+            futures = {pool.submit(work, key): key for key in pending}
+            for future in as_completed(futures):
+                if isinstance(future.exception(), JudgeAuthError):
+                    pool.shutdown(wait=False, cancel_futures=True)  # stop at once: every request would fail
+                results[futures[future]] = future.result()
+                if bar is not None:
+                    bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+        for session in sessions:
+            session.close()
+    return results

@@ -1,0 +1,106 @@
+"""The scoring protocol interface: what differs between the authors' scoring and ours, in one object.
+
+`scoring.pipeline` (pair -> ASR -> keyword -> judge) and `scoring.summary` call a `Protocol` and never test
+its name: the keyword rule, whether an empty response is a wrong answer, how the judge is asked (an
+`AskPolicy` of the one judge engine) and how its verdict fills a record, what "understood" means, the
+aggregation added to a summary and what the summary says about comparability with the paper.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from cs3_tasks.scoring.records import SCORE_RANGE, UNDERSTOOD
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cs3_tasks.judge import JudgeConfig, Verdict
+
+
+class Protocol(ABC):
+    """One way of scoring CS3-Bench; `protocols.protocol_for(name)` gives the object."""
+
+    name: ClassVar[str]
+    # an empty response: True = the item's status is "empty", counted wrong without a keyword test or
+    # judge; False = it goes through the keyword stage and the judge like any text (the authors' code)
+    empty_response_is_wrong: ClassVar[bool]
+
+    @property
+    def score_range(self) -> tuple[int, int]:
+        """(lowest, highest) judge score: the bounds of a missing score."""
+        return SCORE_RANGE[self.name]
+
+    @abstractmethod
+    def keyword_hit(self, set_name: str, doc: Mapping, response: str) -> bool:
+        """The keyword stage of a knowledge set: True accepts the response without the judge."""
+
+    def judge_context(self, judge: JudgeConfig | None, reference_scripts: Any = None, templates: Any = None):
+        """What the judge needs beyond its config (the reference protocol: the authors' templates), loaded
+        before any ASR or judge work so that a setup error comes first; None when nothing is."""
+        return None
+
+    @abstractmethod
+    def judge(
+        self,
+        set_name: str,
+        aspect: str | None,
+        pairs: Sequence[tuple[Mapping, str]],
+        config: JudgeConfig,
+        context: Any,
+        progress: bool = False,
+    ) -> list[Verdict]:
+        """A verdict per (doc, response): correctness (``aspect`` None) or an open-ended score."""
+
+    def understood(self, relevance: int | None) -> bool | None:
+        """An open-ended item understood: relevance > UNDERSTOOD (None stays None)."""
+        return None if relevance is None else relevance > UNDERSTOOD
+
+    def fill_verdict(self, record: dict, ch: str, aspect: str | None, verdict: Verdict) -> None:
+        """Write one judge verdict into a record (knowledge correctness, or one open-ended aspect)."""
+        record[f"{ch}_judge_note" if aspect is None else f"{ch}_{aspect}_note"] = verdict.note
+        if aspect is None:
+            record[f"{ch}_judge_raw"] = verdict.raw
+            self.record_asks(record, f"{ch}_judge", verdict, with_fallback=False)
+            self.fill_correctness(record, ch, verdict)
+            return
+        record[f"{ch}_{aspect}_raw"] = verdict.raw
+        self.record_asks(record, f"{ch}_{aspect}", verdict, with_fallback=True)
+        if verdict.error or verdict.value is None:
+            record[f"{ch}_{aspect}_error"] = verdict.error or "judge_error: no score"
+        else:
+            record[f"{ch}_{aspect}"] = int(verdict.value)
+        if aspect == "relevance":
+            record[f"{ch}_understood"] = self.understood(record[f"{ch}_relevance"])
+
+    def record_asks(self, record: dict, prefix: str, verdict: Verdict, *, with_fallback: bool) -> None:
+        """Record how many asks a verdict took (only protocols that re-ask do)."""
+        return None
+
+    def fill_correctness(self, record: dict, ch: str, verdict: Verdict) -> None:
+        if verdict.error or verdict.value is None:
+            record[f"{ch}_judge_error"] = verdict.error or "judge_error: no verdict"
+            record[f"{ch}_status"], record[f"{ch}_correct"] = "judge_error", None
+        else:
+            record[f"{ch}_judge"] = bool(verdict.value)
+            record[f"{ch}_status"] = "judge_correct" if verdict.value else "judge_wrong"
+            record[f"{ch}_correct"] = bool(verdict.value)
+
+    def understanding_rate(self, relevance: Sequence[int | None]) -> dict:
+        """The understanding rate entry (`metrics.rate`) of a channel's relevance scores."""
+        from cs3_tasks.core import metrics
+
+        return metrics.rate([self.understood(v) for v in relevance])
+
+    def finish_channel(self, set_name: str, records: Sequence[dict], ch: str, channel: dict | None) -> None:
+        """Add the protocol's own aggregation to a channel summary (in place)."""
+        return None
+
+    def summary_fields(self, channels: Mapping[str, dict | None]) -> dict:
+        """Keys a set summary adds after "protocol" (e.g. whether it is complete)."""
+        return {}
+
+    @abstractmethod
+    def add_comparability(self, summary: dict, settings: Mapping) -> dict:
+        """Say in ``summary`` whether its numbers are comparable with the paper (``comparable_to_paper``,
+        ``notes``), from the run's settings."""
