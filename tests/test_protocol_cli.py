@@ -275,13 +275,14 @@ def test_lm_eval_metadata_protocol(monkeypatch, tmp_path):
     from cs3_tasks.scoring.outputs import ModelOutput
 
     utils = _load_module_with_cache(lm_eval_hook.task_dir() / "utils.py")
-    assert utils.protocol({}) == "reference" and utils.protocol({"protocol": "cs3"}) == "cs3"
+    none = {"judge": "none"}
+    assert utils.protocol(none) == "reference" and utils.protocol({**none, "protocol": "cs3"}) == "cs3"
     with pytest.raises(ValueError, match="unknown protocol"):
-        utils.protocol({"protocol": "nope"})
+        utils.protocol({**none, "protocol": "nope"})
     monkeypatch.setenv(reference.SCRIPTS_ENV, str(tmp_path / "nowhere"))
-    monkeypatch.setattr(utils, "judge_config", lambda settings: object())  # a judge is configured
-    with pytest.raises(reference.ReferenceScriptsError, match="--protocol cs3"):
-        utils.protocol({})
+    local_judge = {"judge_base_url": "http://127.0.0.1:9/v1", "judge_api_key_env": ""}  # a judge is set
+    with pytest.raises(ValueError, match="--protocol cs3"):
+        utils.protocol(local_judge)
     monkeypatch.undo()
     assert LmEvalRun().load_task({"protocol": "cs3", "reference_scripts": "x", "other": 1}) == {
         "protocol": "cs3",
