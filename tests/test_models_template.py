@@ -75,10 +75,15 @@ def test_template_runs_through_lm_eval_on_the_demo_set(template, tmp_path, fake_
     assert len((tmp_path / "out" / "knowledge.jsonl").read_text().splitlines()) == 3
 
 
-def test_running_the_template_is_lm_eval_with_the_model_registered(template, monkeypatch):
-    monkeypatch.setattr(sys, "argv", ["my_s2s_model.py", "--help"])
-    import runpy
+def test_running_the_template_is_lm_eval_with_the_model_registered():
+    """`python examples/my_s2s_model.py ARGS` is `lm_eval ARGS` with my-s2s-model registered."""
+    import subprocess
 
-    with pytest.raises(SystemExit) as stop:
-        runpy.run_path(str(TEMPLATE), run_name="__main__")
-    assert stop.value.code == 0
+    run = subprocess.run(
+        [sys.executable, str(TEMPLATE), "--help"], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert run.returncode == 0 and "lm-eval" in run.stdout, run.stderr[-2000:]
+    check = f"import runpy; ns = runpy.run_path({str(TEMPLATE)!r}); from lm_eval.api import registry; "
+    check += "print(registry.get_model('my-s2s-model') is ns['MyS2SModel'])"
+    registered = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300)
+    assert registered.stdout.strip().endswith("True"), registered.stderr[-2000:]
