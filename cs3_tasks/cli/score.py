@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cs3_tasks.core.data import SETS
 from cs3_tasks.scoring.records import DEFAULT_PROTOCOL, PROTOCOLS
-from cs3_tasks.scoring.run import ScoreJob, score_outputs
+from cs3_tasks.scoring.run import ScoreJob, file_system_error, score_outputs
 from cs3_tasks.scoring.settings import ScoringError, settings_from_options
 
 
@@ -103,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
     except ScoringError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # e.g. $CS3_BENCH_CACHE is a file: one line naming it, no traceback
+        print(f"error: {file_system_error(exc)}", file=sys.stderr)
+        return 2
     common = {"restart": args.restart, "wait": args.wait, "progress": not args.no_progress}
     if args.outputs_root is not None:
         job = many.ModelsJob(args.outputs_root, args.out, set_name=args.set_name or "all", **common)

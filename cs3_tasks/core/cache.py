@@ -8,6 +8,7 @@ committed per item, so killing a run loses nothing, and every file this package 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -25,6 +26,8 @@ def cache_dir() -> Path:
     """The cache root: $CS3_BENCH_CACHE, else ~/.cache/cs3-bench."""
     root = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "cs3-bench"
     path = Path(root)
+    if path.exists() and not path.is_dir():  # mkdir would only say "File exists"
+        raise NotADirectoryError(errno.ENOTDIR, f"the cache folder (${CACHE_ENV}) is not a folder", str(path))
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -102,12 +105,21 @@ class SqliteCache:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=60)
-        with self._lock, self._conn:
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("CREATE TABLE IF NOT EXISTS cache (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        try:  # an unusable cache path is an OSError naming it (sqlite's own error names no path)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=60)
+            with self._lock, self._conn:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.execute(
+                    "CREATE TABLE IF NOT EXISTS cache (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+                )
+        except (OSError, sqlite3.Error) as exc:
+            cause = getattr(exc, "strerror", None) or str(exc)
+            if any(folder.exists() and not folder.is_dir() for folder in self.path.parents):
+                cause = "a folder on its path is a file"
+            code = getattr(exc, "errno", None) or errno.EIO
+            raise OSError(code, f"cannot open this cache: {cause}", str(path)) from exc
 
     def get(self, key: str, default: Any = None) -> Any:
         with self._lock:

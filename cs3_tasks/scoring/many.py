@@ -25,11 +25,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from cs3_tasks.scoring.outputs import find_output_sets
-from cs3_tasks.scoring.run import ScoreJob, score_outputs
+from cs3_tasks.scoring.run import FileSystemError, ScoreJob, file_system_error, score_outputs
 from cs3_tasks.scoring.settings import ScoringError, ScoringSettings
 from cs3_tasks.scoring.store import ResultDirBusy, result_dir_lock
 
 MODELS_FILE = "models.json"
+REPORT_FOLDER = "report"  # the HTML audit report (`report.html`)
 # scored: summaries written; incomplete: written, but most judge verdicts failed or most items of a set have
 # no response (exit 3 of `score`; models.json's error says which);
 # failed: no summary this run (bad input, busy result dir, a crash); pending: not reached (yet)
@@ -69,6 +70,24 @@ def find_models(root: Path, out: Path | None = None) -> tuple[list[Path], dict[s
     return models, skipped
 
 
+def result_files() -> tuple[str, ...]:
+    """The files and folders `score_models` writes into the results folder besides the models' result dirs."""
+    from cs3_tasks.report.leaderboard import LEADERBOARD_FILES
+
+    return (*LEADERBOARD_FILES, MODELS_FILE, REPORT_FOLDER)
+
+
+def check_result_names(models: Sequence[Path], out: Path) -> None:
+    """ScoringError when a model's result dir (``out/<folder name>``) would be one of `result_files`."""
+    clashes = [folder for folder in models if folder.name in result_files()]
+    if clashes:
+        folder = clashes[0]
+        raise ScoringError(
+            f"model folder {folder} would be scored into {Path(out) / folder.name}, where the "
+            f"{folder.name} of the results goes: rename the folder"
+        )
+
+
 def overall_exit_code(statuses: Mapping[str, ModelStatus]) -> int:
     """0: every model scored; 3: most models failed or are incomplete; 1: some did."""
     bad = sum(s.status != "scored" for s in statuses.values())
@@ -102,13 +121,17 @@ class ModelsJob:
 
 
 def score_model(job: ScoreJob, settings: ScoringSettings, status: ModelStatus) -> None:
-    """Score one model into ``status``; never raises but KeyboardInterrupt."""
+    """Score one model into ``status``; never raises but KeyboardInterrupt and FileSystemError (a file that
+    cannot be written fails every model alike)."""
     from cs3_tasks import judge
 
     secret = settings.judge.api_key() if settings.judge is not None else None
     with ExitStack() as held:  # the model's result dir lock, released when its files are written
         try:
             outcome = score_outputs(job, settings, held, echo=False)
+        except FileSystemError as exc:
+            status.status, status.exit_code, status.error = "failed", exc.exit_code, str(exc)
+            raise
         except ScoringError as exc:
             status.status, status.exit_code, status.error = (
                 "failed",
@@ -176,6 +199,7 @@ def score_root(job: ModelsJob, settings: ScoringSettings) -> int:
                 "choose another --out"
             )
         models, skipped = find_models(root, out)
+        check_result_names(models, out)
         if not models:
             listed = f" (skipped: {', '.join(skipped)})" if skipped else ""
             raise ScoringError(
@@ -188,10 +212,16 @@ def score_root(job: ModelsJob, settings: ScoringSettings) -> int:
     with ExitStack() as held:
         try:  # two runs on one RESULTS would interleave models.json and the leaderboard
             held.enter_context(result_dir_lock(out, wait=job.wait))
+            return score_models(job, settings, models, skipped)
         except ResultDirBusy as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        return score_models(job, settings, models, skipped)
+        except OSError as exc:  # RESULTS read-only or full: one line; each model's files are kept
+            print(f"error: {file_system_error(exc)}", file=sys.stderr)
+            return 2
+        except FileSystemError as exc:  # a model's files or a cache: the others would fail alike
+            print(f"error: {exc}", file=sys.stderr)
+            return exc.exit_code
 
 
 def score_models(
@@ -229,7 +259,7 @@ def score_models(
     print(report.write_leaderboard(out, summaries, leaderboard_notes(statuses, skipped)))
     from cs3_tasks.report.html import write_report_quietly  # the audit report: open out/report/index.html
 
-    write_report_quietly(out / "report", on_board, settings.dataset)
+    write_report_quietly(out / REPORT_FOLDER, on_board, settings.dataset)
     code = overall_exit_code(statuses)
     write_models_file(out, root, set_name, statuses, skipped, exit_code=code)
     bad = [name for name, s in statuses.items() if s.status != "scored"]

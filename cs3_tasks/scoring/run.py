@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,15 +10,44 @@ from pathlib import Path
 from cs3_tasks.core.data import SETS
 from cs3_tasks.scoring.outputs import (
     ModelOutput,
+    authors_file,
     find_output_sets,
     join_problems,
+    output_files,
     read_given_transcripts,
     read_outputs,
 )
 from cs3_tasks.scoring.pipeline import score_batch
 from cs3_tasks.scoring.records import judge_failures, judge_unparsed
 from cs3_tasks.scoring.settings import ScoringError, ScoringSettings
-from cs3_tasks.scoring.store import RecordsFile, ResultDirBusy, SettingsMismatchError, result_dir_lock
+from cs3_tasks.scoring.store import (
+    SCORED_DOC_FIELDS,
+    RecordsFile,
+    ResultDirBusy,
+    SettingsMismatchError,
+    dataset_identity,
+    result_dir_lock,
+)
+
+
+class FileSystemError(ScoringError):
+    """A file of the run cannot be written or opened (read-only or full disk, a file where a folder should
+    be): every later write would fail alike, so the run stops (``--outputs-root``: every model)."""
+
+
+class EmptyOutputs(ScoringError):
+    """A set's outputs file holds no row: nothing of that set can be scored (the other sets still are)."""
+
+
+def file_system_error(exc: OSError) -> FileSystemError:
+    """An OSError of reading or writing a file (read-only or full disk, a file where a folder should be)
+    as one line naming the path and the cause; what was written before it is kept."""
+    path = exc.filename if exc.filename is not None else "a file"
+    cause = exc.strerror or str(exc)
+    hint = ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
+        hint = " (what was scored before is kept: fix it and re-run to resume)"
+    return FileSystemError(f"{path}: {cause}{hint}")
 
 
 @dataclass(frozen=True)
@@ -57,8 +87,6 @@ class ScoreOutcome:
 def score_outputs(job: ScoreJob, settings: ScoringSettings, held, *, echo: bool = True) -> ScoreOutcome:
     """Score ``job.outputs`` into ``job.out`` with ``settings``; ScoringError on bad input. ``held`` (an
     ExitStack) keeps the result dir's lock; ``echo`` prints each summary (markdown) to stdout."""
-    from cs3_tasks.scoring import summary
-
     if job.set_name == "all":
         set_names = find_output_sets(job.outputs)
         if not set_names:
@@ -78,11 +106,31 @@ def score_outputs(job: ScoreJob, settings: ScoringSettings, held, *, echo: bool 
             held.enter_context(result_dir_lock(out, wait=job.wait))
             locked.append(True)
 
+    try:
+        return _score_sets(job, settings, set_names, lock, echo=echo)
+    except OSError as exc:  # the result dir or a cache cannot be written: one line, nothing lost
+        raise file_system_error(exc) from exc
+
+
+def _score_sets(
+    job: ScoreJob, settings: ScoringSettings, set_names: list[str], lock: Callable[[], None], *, echo: bool
+) -> ScoreOutcome:
+    from cs3_tasks.scoring import summary
+
+    out = Path(job.out)
     summaries: dict[str, dict] = {}
     records: list[dict] = []
+    empty: list[str] = []
     for set_name in set_names:
-        summaries[set_name], final = _run_set(job, set_name, settings, lock)
+        try:
+            summaries[set_name], final = _run_set(job, set_name, settings, lock)
+        except EmptyOutputs as exc:  # that set's error; the other sets are scored
+            empty.append(str(exc))
+            continue
         records += final
+    if not summaries:
+        raise ScoringError("; ".join(empty))
+    set_names = [s for s in set_names if s in summaries]
     model = job.model
     for other in summary.CS_EN_PAIR:  # the other knowledge set, when this result dir has it
         if other not in summaries and any(s in summary.CS_EN_PAIR for s in summaries):
@@ -108,6 +156,9 @@ def score_outputs(job: ScoreJob, settings: ScoringSettings, held, *, echo: bool 
             f"counted wrong, as the authors' code does: see the *_raw fields of the records in {out}); the "
             "judge does not follow the prompt's format, so the summary is not the benchmark's number."
         )
+        return ScoreOutcome(3, tuple(set_names), message)
+    if empty:
+        message = "; ".join(empty) + f" (the other sets are scored into {out})"
         return ScoreOutcome(3, tuple(set_names), message)
     for set_name in set_names:
         missing, items = summary.missing_responses(summaries[set_name])
@@ -141,8 +192,13 @@ def _run_set(
                     output.problem = join_problems(output.problem, "no given transcript (json_asr)")
     except (OSError, ValueError, RuntimeError) as exc:  # no dataset / no outputs: nothing to score
         raise ScoringError(str(exc)) from exc
+    if not outputs:
+        files = [authors_file(job.outputs, "json", set_name)] + output_files(job.outputs, set_name)
+        named = ", ".join(str(f) for f in files if f is not None) or str(job.outputs)
+        raise EmptyOutputs(f"{set_name}: {named} holds no rows: nothing to score for this set")
     settings = run.record_settings(set_name)
     settings.update(job.identity())
+    settings["dataset_sha256"] = dataset_identity(docs)  # the content scored against, wherever it lies
     store = RecordsFile(out, set_name)
     try:
         lock()
@@ -164,7 +220,14 @@ def _run_set(
         )
 
     try:
-        final = store.score_pending(docs, outputs, score, doc_id=lambda doc: str(doc["Qid"]), label=set_name)
+        final = store.score_pending(
+            docs,
+            outputs,
+            score,
+            doc_id=lambda doc: str(doc["Qid"]),
+            label=set_name,
+            doc_fields=SCORED_DOC_FIELDS,
+        )
     except judge.JudgeAuthError as exc:  # every request would fail the same way: stop, keep what is done
         raise ScoringError(str(exc)) from exc
     result = summary.summarize(set_name, final, protocol=run.protocol)

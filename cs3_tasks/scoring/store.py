@@ -7,15 +7,12 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from cs3_tasks.scoring.outputs import (
     ModelOutput,
     audio_label,
 )
-
-if TYPE_CHECKING:  # pragma: no cover
-    pass
 from cs3_tasks.scoring.records import RETRYABLE_ERRORS
 
 
@@ -29,6 +26,15 @@ class ResultDirBusy(RuntimeError):
 
 LOCK_FILE = ".cs3-bench.lock"
 
+
+# the record field holding `input_key`: what the record was computed from
+INPUT_KEY = "input_key"
+# the fields of a cs3 dataset item that scoring reads (prompts, keyword tests, categories)
+SCORED_DOC_FIELDS = ("Qid", "Question", "Answer", "Answer_zh", "Answer_en", "Category")
+
+# settings keys added since result dirs were first written: a dir whose settings lack one is resumed (its
+# records lack `INPUT_KEY` too, so every item is scored again against this run's inputs)
+ADDED_SETTINGS = ("dataset_sha256",)
 
 # what identifies the scored system in <set>.settings.json: one result dir holds one system
 IDENTITY_KEYS = ("model", "outputs")
@@ -105,14 +111,69 @@ def read_records(path: Path) -> dict[str, dict]:
 
 
 def needs_rescore(
-    record: Mapping, output: ModelOutput | None, retryable: Sequence[str] = RETRYABLE_ERRORS
+    record: Mapping,
+    output: ModelOutput | None,
+    key: str,
+    retryable: Sequence[str] = RETRYABLE_ERRORS,
 ) -> bool:
-    """A record is reused unless it carries a retryable failure or the output changed since."""
-    if any(record.get(key) for key in retryable):
+    """A record is reused unless it carries a retryable failure or was computed from other inputs than
+    ``key`` (`input_key`: the output's text and audio bytes, the doc's fields); a record without a key (a
+    file from before keys were stored) is scored again."""
+    if any(record.get(key_) for key_ in retryable):
         return True
-    if output is None:
-        return record.get("text") is not None or record.get("audio") is not None
-    return record.get("text") != output.text or record.get("audio") != audio_label(output.audio)
+    if output is None and (record.get("text") is not None or record.get("audio") is not None):
+        return True
+    return record.get(INPUT_KEY) != key
+
+
+def audio_identity(audio: Any) -> str | None:
+    """What an output's audio is, for `input_key`: the hash of its bytes (`audio.content_hash`), or why it
+    cannot be read (the record then says so too)."""
+    from cs3_tasks.core.audio import AudioError, content_hash
+
+    if audio is None:
+        return None
+    try:
+        return content_hash(audio)
+    except (AudioError, OSError, ValueError, TypeError) as exc:
+        return f"unreadable {audio_label(audio)}: {type(exc).__name__}"
+
+
+def doc_identity(doc: Mapping | None, doc_fields: Sequence[str] | None) -> dict | None:
+    """The fields of a dataset item that scoring reads (all of them when ``doc_fields`` is None)."""
+    if doc is None:
+        return None
+    return {k: doc.get(k) for k in doc_fields if k in doc} if doc_fields is not None else dict(doc)
+
+
+def input_key(doc: Mapping | None, output: ModelOutput | None, doc_fields: Sequence[str] | None) -> str:
+    """What one record is computed from, as a sha256 hex digest: the doc's scored fields, the output's text,
+    problem, given transcript and audio bytes (never its path: moved outputs are the same outputs)."""
+    from cs3_tasks.core.cache import stable_key
+
+    produced = None
+    if output is not None:
+        produced = {
+            "text": output.text,
+            "audio": audio_identity(output.audio),
+            "problem": output.problem,
+            "transcript": output.transcript,
+        }
+    return stable_key(doc_identity(doc, doc_fields), produced)
+
+
+def dataset_identity(docs: Sequence[Mapping], doc_fields: Sequence[str] | None = SCORED_DOC_FIELDS) -> str:
+    """The identity of a set's dataset for ``<set>.settings.json``: a sha256 of its items' scored fields, in
+    order (the same content at another path or from another copy is the same dataset)."""
+    from cs3_tasks.core.cache import stable_key
+
+    return stable_key([doc_identity(doc, doc_fields) for doc in docs])
+
+
+def settings_difference(previous: Mapping, current: Mapping) -> str:
+    """The keys whose values differ, each as ``key: old -> new`` (settings hold no secret)."""
+    keys = [k for k in dict.fromkeys([*previous, *current]) if previous.get(k) != current.get(k)]
+    return "; ".join(f"{k}: {previous.get(k)!r} -> {current.get(k)!r}" for k in keys)
 
 
 def _write_records(path: Path, records: Iterable[dict]) -> None:
@@ -147,9 +208,10 @@ class RecordsFile:
             self.path.unlink(missing_ok=True)
         if self.path.is_file() and self.settings_path.is_file():
             previous = json.loads(self.settings_path.read_text(encoding="utf-8"))
-            if previous != settings:
+            compared = {k: v for k, v in settings.items() if k in previous or k not in ADDED_SETTINGS}
+            if previous != compared:
                 raise SettingsMismatchError(
-                    f"{self.path} was made with other settings ({previous}); now {dict(settings)}. "
+                    f"{self.path} was made with other settings ({settings_difference(previous, settings)}). "
                     "Use --restart (ASR and judge caches keep it cheap) or another --out."
                 )
         atomic_write(self.settings_path, json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
@@ -160,11 +222,15 @@ class RecordsFile:
         self,
         order: Sequence[str],
         outputs: Mapping[str, ModelOutput],
+        keys: Mapping[str, str],
         retryable: Sequence[str] = RETRYABLE_ERRORS,
     ) -> set[str]:
-        """The ids still to score: not done, or done with a retryable failure, or whose output changed."""
+        """The ids still to score: not done, done with a retryable failure, or made from other inputs
+        (``keys``)."""
         return {
-            q for q in order if q not in self.done or needs_rescore(self.done[q], outputs.get(q), retryable)
+            q
+            for q in order
+            if q not in self.done or needs_rescore(self.done[q], outputs.get(q), keys[q], retryable)
         }
 
     @contextmanager
@@ -190,13 +256,16 @@ class RecordsFile:
         doc_id: Callable[[Mapping], str],
         retryable: Sequence[str] = RETRYABLE_ERRORS,
         label: str = "",
+        doc_fields: Sequence[str] | None = None,
     ) -> list[dict]:
-        """Score what is pending with ``score(docs, outputs, on_record)``, appending each final record;
-        returns every record, one per id: docs in order, then unknown ids (after `open`)."""
+        """Score what is pending with ``score(docs, outputs, on_record)``, appending each final record with
+        its `input_key` (``doc_fields``: the doc fields scoring reads; None: all); returns every record, one
+        per id: docs in order, then unknown ids (after `open`)."""
         doc_ids = [doc_id(d) for d in docs]
-        known = set(doc_ids)
-        order = doc_ids + [q for q in outputs if q not in known]
-        pending = self.pending(order, outputs, retryable)
+        by_id = dict(zip(doc_ids, docs))
+        order = doc_ids + [q for q in outputs if q not in by_id]
+        keys = {q: input_key(by_id.get(q), outputs.get(q), doc_fields) for q in order}
+        pending = self.pending(order, outputs, keys, retryable)
         print(
             f"{label}: {len(order)} items, {len(order) - len(pending)} already scored, "
             f"{len(pending)} to score",
@@ -207,7 +276,7 @@ class RecordsFile:
                 score(
                     [d for d in docs if doc_id(d) in pending],
                     [o for q, o in outputs.items() if q in pending],
-                    append,
+                    lambda record: append({**record, INPUT_KEY: keys.get(record["qid"])}),
                 )
         return self.finish(order)
 
