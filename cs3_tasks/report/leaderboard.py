@@ -144,8 +144,8 @@ def incomplete_cells(ch: str, cs: Mapping | None, en: Mapping | None) -> dict:
 def _cell(value: float | str | None) -> str:
     if value is None:
         return "n/a"
-    if isinstance(value, str):
-        return value
+    if isinstance(value, str):  # a model name is a folder name: "|" or a line break would end the cell
+        return " ".join(value.replace("\\", "\\\\").replace("|", "\\|").splitlines())
     return f"{100 * value:.1f}"
 
 

@@ -201,7 +201,7 @@ def _rows(path: Path) -> Iterator[tuple[int | None, str | UnicodeDecodeError | A
     if content.lstrip().startswith(b"["):
         try:
             whole = json.loads(content.decode("utf-8"))
-        except ValueError:  # not UTF-8 or not one JSON document: read line by line below
+        except (ValueError, RecursionError):  # not UTF-8, not one JSON document, too deep: line by line
             whole = None
         if isinstance(whole, list):
             yield from ((None, element) for element in whole)
@@ -289,6 +289,10 @@ def _parse_line(
         row = json.loads(line)
         if not isinstance(row, dict):
             raise TypeError(f"a JSON {type(row).__name__}, not an object")
+    except RecursionError:  # a line nested deeper than the parser's stack: that item's problem
+        found = _QID_IN_BROKEN_LINE.search(line[:1000])
+        qid = found.group(1) if found else f"<{where}>"
+        return ModelOutput(qid, None, None, f"bad JSON in {where}: nested too deep to parse")
     except (ValueError, TypeError) as exc:
         found = _QID_IN_BROKEN_LINE.search(line)
         qid = found.group(1) if found else f"<{where}>"
@@ -330,13 +334,16 @@ def _authors_wav(outputs_dir: Path, set_name: str, qid: str) -> tuple[str | None
     stem = AUTHORS_SET_FILES.get(set_name, set_name)
     if "/" in qid or "\\" in qid or "\x00" in qid or qid in (".", ".."):
         return None, f"Qid {qid!r} cannot name a wav file"
-    for folder in dict.fromkeys([stem, set_name]):
-        wav = outputs_dir / "wav" / folder / f"{qid}.wav"
-        if wav.is_file():
-            return str(wav), None
-    wav = outputs_dir / "wav" / f"{qid}.wav"
-    if not wav.is_file():
-        return None, f"missing wav: wav/{stem}/{qid}.wav (or wav/{qid}.wav)"
+    try:  # a Qid too long for a file name (ENAMETOOLONG) is that item's problem
+        for folder in dict.fromkeys([stem, set_name]):
+            wav = outputs_dir / "wav" / folder / f"{qid}.wav"
+            if wav.is_file():
+                return str(wav), None
+        wav = outputs_dir / "wav" / f"{qid}.wav"
+        if not wav.is_file():
+            return None, f"missing wav: wav/{stem}/{qid}.wav (or wav/{qid}.wav)"
+    except OSError as exc:
+        return None, f"no wav for Qid {qid[:40]!r}...: {exc.strerror}"
     return str(wav), None
 
 
@@ -346,6 +353,9 @@ def _our_audio(outputs_dir: Path, audio: Any) -> tuple[str | None, str | None]:
     if not isinstance(audio, str) or not audio.strip():
         return None, f"audio field is not a path: {audio!r}"
     path = Path(audio) if Path(audio).is_absolute() else outputs_dir / audio
-    if not path.is_file():
-        return None, f"missing audio file: {audio}"
+    try:  # a name too long for the file system (ENAMETOOLONG) is that item's problem
+        if not path.is_file():
+            return None, f"missing audio file: {audio}"
+    except OSError as exc:
+        return None, f"audio file {audio[:60]!r}...: {exc.strerror}"
     return str(path), None
