@@ -121,7 +121,7 @@ class LanguagePair:
             if not path.is_file():
                 raise LanguagePairError(f"language pair {self.name!r}: prompt file {path} not found")
             return path.read_text(encoding="utf-8")
-        from cs3_tasks.judge import load_prompt
+        from cs3_tasks.prompts import load_prompt
 
         return load_prompt(ref)
 

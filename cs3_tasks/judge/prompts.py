@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
+
+from cs3_tasks.prompts import load_prompt
 
 
 @dataclass(frozen=True)
@@ -35,17 +36,6 @@ class ConversationItem:
 
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-def load_prompt(name: str) -> str:
-    """The text of ``cs3_tasks/prompts/<name>.txt`` (package data)."""
-    path = resources.files("cs3_tasks.prompts").joinpath(f"{name}.txt")
-    if not path.is_file():
-        available = sorted(
-            p.name[:-4] for p in resources.files("cs3_tasks.prompts").iterdir() if p.name.endswith(".txt")
-        )
-        raise FileNotFoundError(f"no judge prompt {name!r}; available: {available}")
-    return path.read_text(encoding="utf-8")
 
 
 def render_prompt(template: str, **values: str | None) -> str:
