@@ -302,6 +302,11 @@ def test_a_bar_or_newline_in_a_model_name_keeps_the_leaderboard_table(tmp_path, 
     for row in table[2:]:
         assert row.count("|") - row.count("\\|") == header_cells, row
     assert any("a\\|b" in row for row in table) and any("c d" in row for row in table)
+    (root / "e\nf").mkdir()  # no outputs: listed under the table on one line
+    (root / "c\nd" / "knowledge.jsonl").write_bytes(b"")  # incomplete: named under the table on one line
+    assert score_cli.run(_args(tmp_path, "--no-judge")) == 1
+    markdown = (out / "leaderboard.md").read_text(encoding="utf-8")
+    assert "): c d." in markdown and "Skipped folders (no outputs): e f." in markdown
 
 
 def test_a_settings_mismatch_names_the_key_that_differs(tmp_path, asr, capsys):

@@ -173,6 +173,8 @@ def write_models_file(
 def leaderboard_notes(statuses: Mapping[str, ModelStatus], skipped: Mapping[str, str]) -> list[str]:
     """The lines under the leaderboard: incomplete, failed and skipped models (see models.json)."""
     notes = []
+    statuses = {" ".join(name.splitlines()): s for name, s in statuses.items()}  # a folder name may hold "\n"
+    skipped = {" ".join(name.splitlines()): why for name, why in skipped.items()}
     incomplete = [name for name, s in statuses.items() if s.status == "incomplete"]
     if incomplete:
         notes.append(
