@@ -39,8 +39,8 @@ class DecodingOptions:
     # writes "You" for 3 s of digital silence on its own, and other text when it is packed).
     silence_peak_dbfs: float = -60.0
     # How faster-whisper decodes clips <= 30 s: "batched" (a function of the clip alone) or "packed" (of the
-    # set of clips transcribed together; module doc; $CS3_ASR_SHORT_CLIPS). In the cache key because the
-    # two can give different transcripts; the batch size is not.
+    # set of clips transcribed together; see cs3_tasks.asr.transcribe; $CS3_ASR_SHORT_CLIPS). In the cache key
+    # because the two can give different transcripts; the batch size is not.
     short_clip_decoding: str = "batched"
     # Only this much of a clip is transcribed (the rest is cut); Transcript.note says so.
     max_audio_seconds: float = 180.0

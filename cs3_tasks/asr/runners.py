@@ -49,6 +49,7 @@ def load_runner(backend: str | None = None, model: str | None = None, device: st
 
 
 def cached_runner(backend: str, model_name: str, device: str = "cpu") -> Runner:
+    """The runner of ``backend`` for a resolved model name and device, loaded on first use."""
     if backend == "faster-whisper":
         compute_type = "int8" if device == "cpu" else "float16"  # int8 on CPU: ~2x faster than float32
         key = (backend, model_name, device, compute_type)
