@@ -193,6 +193,7 @@ def test_a_run_that_transcribes_nothing_does_not_copy_the_model(isolated_cache):
 # ------------------------------------------------------------------------------------------- real model
 
 
+@pytest.mark.slow
 def test_real_default_transcripts_do_not_depend_on_neighbours():
     from pathlib import Path
 
@@ -210,6 +211,7 @@ def test_real_default_transcripts_do_not_depend_on_neighbours():
     assert Transcript  # the public type the results are
 
 
+@pytest.mark.slow
 def test_real_features_do_not_follow_the_blas_thread_count():
     """A data-parallel launcher gives each process one BLAS thread (OMP_NUM_THREADS=1): measured on the demo
     set, 2 of 12 question transcripts then differed from a one-process run before the features were fixed."""

@@ -196,6 +196,7 @@ def test_task_yaml_declares_directions():
     assert config["dataset_kwargs"] == {"config": SET, "pair": "zh2en"}
 
 
+@pytest.mark.slow
 def test_belle_task_through_lm_eval_echo_system(tmp_path):
     """An "echo" system (answers with the question's text and its own recording) is 100% off target."""
     folder = shared_belle()

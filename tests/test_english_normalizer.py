@@ -68,6 +68,7 @@ def _assert_same_as_whisper(texts: list[str]) -> None:
     assert not differ, f"{len(differ)} of {len(texts)} texts normalise differently, e.g. {differ[:3]}"
 
 
+@pytest.mark.slow
 def test_equals_whisper_on_every_english_answer_of_cs3bench():
     if not CS3BENCH.is_dir():
         reason = f"CS3-Bench source files not found at {CS3BENCH} (../shared beside the repository)"

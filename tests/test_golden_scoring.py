@@ -116,6 +116,7 @@ def produce(tmp_path: Path, judge_server, fake_asr) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_demo_scoring_equals_the_golden_files(tmp_path, judge_server, fake_asr, monkeypatch):
     if not (AUTHORS / "utils").is_dir():
         reason = f"authors' scripts not found ({AUTHORS / 'utils'}): golden scoring test skipped"

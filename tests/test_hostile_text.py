@@ -201,6 +201,7 @@ def test_every_public_function_is_covered():
     assert _public(M) == set(TEXT_METRICS) | set(NUMBER_METRICS), "add the new metric to this test"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(TEXT_CHECKS))
 @settings(max_examples=150, deadline=None)
 @given(text=hostile_text, pair=pairs)
@@ -211,6 +212,7 @@ def test_text_function_survives_hostile_unicode(name, text, pair):
     assert TEXT_CHECKS[name](out), (name, text, out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(TEXT_METRICS))
 @settings(max_examples=150, deadline=None)
 @given(a=hostile_text, b=hostile_text, c=hostile_text)
@@ -220,6 +222,7 @@ def test_text_metric_survives_hostile_unicode(name, a, b, c):
     assert check(out), (name, a, b, c, out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(NUMBER_METRICS))
 @settings(max_examples=100, deadline=None)
 @given(data=st.data())

@@ -70,6 +70,7 @@ def test_installed_pth_is_the_built_one():
     assert installed.read_text(encoding="utf-8") == _build_hooks.PTH_CONTENT
 
 
+@pytest.mark.slow
 @needs_hook
 def test_ls_tasks_shows_cs3_and_switch_turns_hook_off(tmp_path):
     on = _run([LM_EVAL, "ls", "tasks"], tmp_path)
@@ -106,6 +107,7 @@ def _lm_eval_run(tmp_path: Path, cache: Path, out: Path) -> subprocess.Completed
     )
 
 
+@pytest.mark.slow
 @needs_hook
 def test_lm_eval_run_use_cache_and_log_samples(tmp_path):
     cache, out = tmp_path / "lm_cache" / "strong", tmp_path / "out"
@@ -175,6 +177,7 @@ def test_unknown_module_breaks_only_its_own_model_name(monkeypatch):
     assert registry_module.model_registry.get("other").__name__ == "PrecomputedLM"
 
 
+@pytest.mark.slow
 def test_wheel_ships_the_pth(built_wheel):
     """`pip install .` path: the built wheel carries cs3_bench_lm_eval.pth at its root."""
     names = zipfile.ZipFile(built_wheel).namelist()
@@ -200,6 +203,7 @@ def test_hook_resolves_every_cs3_model_name(tmp_path):
     assert modules == {name: module for name, module in lm_eval_hook.MODEL_MODULES.items()}
 
 
+@pytest.mark.slow
 def test_cs3_bench_demo_small(tmp_path):
     """The main job end to end (2 items per task, both demo systems): tables, records, figure."""
     out = tmp_path / "demo"

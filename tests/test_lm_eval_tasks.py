@@ -44,6 +44,7 @@ def manager():
     return evaluate.task_manager()
 
 
+@pytest.mark.slow
 def test_task_manager_knows_tasks_and_groups(manager):
     for name in (*TASKS, "cs3", "cs3_text"):
         assert name in manager.all_tasks, name
@@ -124,6 +125,7 @@ def test_no_judge_configured_stops_with_the_cli_message(utils, monkeypatch, tmp_
     assert config is not None and config.model == "local-judge"
 
 
+@pytest.mark.slow
 def test_results_and_table_say_how_the_run_was_scored(utils, monkeypatch):
     """Every lm-eval result of a cs3 run carries protocol, judge and comparable_to_paper (results JSON key
     "cs3"), and lm-eval's printed table ends with a line saying it."""
@@ -223,6 +225,7 @@ def test_cs_vs_en_drop_uses_the_same_run(utils, monkeypatch):
     assert math.isnan(utils.agg_drop_speech(compact_en))
 
 
+@pytest.mark.slow
 @needs_demo
 def test_python_api_simple_evaluate_text_only(tmp_path):
     """The Python API end to end with a text-only model: the text-input variant of one set."""

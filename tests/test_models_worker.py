@@ -106,6 +106,7 @@ EXPECTED = {  # model -> (text pattern, output sample rate)
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", sorted(WRAPPERS))
 def test_each_model_through_its_worker(model, tmp_path, calls):
     lm = make_lm(model, tmp_path)
@@ -233,6 +234,7 @@ def test_worker_crash_mid_run_fails_that_item_only_and_restarts(tmp_path, calls)
     assert len(calls("KimiAudio")) == 2  # the model was loaded again by the fresh worker
 
 
+@pytest.mark.slow
 def test_worker_hang_is_killed_and_the_item_named(tmp_path, calls):
     # The hanging fake sleeps for an hour: the timeout always fires, however loaded the machine; the other
     # items take milliseconds in the fake, far below it.
@@ -249,6 +251,7 @@ def test_worker_hang_is_killed_and_the_item_named(tmp_path, calls):
     assert lm.restarts == 1
 
 
+@pytest.mark.slow
 def test_after_max_restarts_the_remaining_items_fail_fast(tmp_path, calls):
     lm = make_lm("glm4_voice", tmp_path, max_restarts=0)
     try:
@@ -265,6 +268,7 @@ def test_after_max_restarts_the_remaining_items_fail_fast(tmp_path, calls):
     assert len(calls("AutoModel.from_pretrained")) == 1
 
 
+@pytest.mark.slow
 def test_resume_skips_answered_items_without_asking_the_worker(tmp_path, calls):
     lm = make_lm("kimi_audio", tmp_path)
     try:
@@ -289,6 +293,7 @@ INSTALL_HINTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", sorted(WRAPPERS))
 def test_missing_model_code_says_what_to_install(model, tmp_path):
     # No fakes on the path (and, for repo models, a repo without the official files): the official code is
@@ -400,6 +405,7 @@ def test_registered_names_resolve():
         assert get_model(name) is cls
 
 
+@pytest.mark.slow
 def test_lm_eval_cli_on_the_demo_set(tmp_path, calls):
     """python -m lm_eval --model cs3-glm-4-voice ... --device cpu --tasks cs3_knowledge --limit 3."""
     from cs3_tasks.core import data

@@ -154,6 +154,7 @@ def test_pair_is_found_through_the_search_path_and_reads_hangul(pair_dir, monkey
     assert text.dominant_language(answer) == "en" and text.response_language("서울에는", None) == "other"
 
 
+@pytest.mark.slow
 def test_korean_english_pair_runs_through_lm_eval(pair_dir, tmp_path, monkeypatch):
     if not _espeak_voice_available("ko"):
         pytest.skip("espeak-ng with the Korean voice `ko` is not installed")

@@ -72,6 +72,7 @@ def _show_items(page, model: str, set_name: str, show: str = "all"):
     page.select_option("#items-filter", show)
 
 
+@pytest.mark.slow
 def test_leaderboard_numbers_equal_summary_json(browser_page, demo_report):
     _open(browser_page, demo_report)
     headers = browser_page.eval_on_selector_all("#leaderboard thead th", "ths => ths.map(t => t.textContent)")
@@ -90,6 +91,7 @@ def test_leaderboard_numbers_equal_summary_json(browser_page, demo_report):
     assert checked == 8
 
 
+@pytest.mark.slow
 def test_text_right_speech_wrong_filter_counts_the_records(browser_page, demo_report):
     _open(browser_page, demo_report, "items-view")
     total = 0
@@ -110,6 +112,7 @@ def test_text_right_speech_wrong_filter_counts_the_records(browser_page, demo_re
     assert total > 0  # the stand-in ASR drops English words: some items are lost on the speech channel only
 
 
+@pytest.mark.slow
 def test_every_item_has_a_playable_response(browser_page, demo_report):
     _open(browser_page, demo_report, "items-view")
     for model in ("demo-strong", "demo-weak"):
@@ -139,6 +142,7 @@ def test_every_item_has_a_playable_response(browser_page, demo_report):
             assert durations and all(d > 0 for d in durations), (model, set_name, durations)
 
 
+@pytest.mark.slow
 def test_paired_views_and_screenshot(browser_page, demo_report, tmp_path):
     _open(browser_page, demo_report, "pairs-view")
     browser_page.select_option("#pairs-model", "demo-weak")

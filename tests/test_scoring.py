@@ -641,6 +641,7 @@ def offline_asr_model(monkeypatch):
     return str(model)
 
 
+@pytest.mark.slow
 def test_end_to_end_real_asr_bad_inputs_and_cached_rerun(tmp_path, offline_asr_model, monkeypatch):
     import shutil
 
