@@ -8,8 +8,8 @@ The package, by pipeline stage (docs/architecture.md has the module table):
 - ``cs3_tasks.scoring``  records, protocols (cs3, reference), the pipeline, the resumable store, summaries
 - ``cs3_tasks.build``    the dataset build (TTS -> ASR QC -> parquet + card), offline voices and LLM
 - ``cs3_tasks.report``   leaderboards and figures across scored result dirs
-- ``cs3_tasks.harness``  the lm-eval glue: start-up hook, speech responses, data parallelism, eval/demo
-- ``cs3_tasks.cli``      the ``cs3-bench`` command line
+- ``cs3_tasks.harness``  the lm-eval glue: start-up hook, speech responses, data parallelism
+- ``cs3_tasks.cli``      the ``cs3-bench`` command line (score, score --outputs-root, eval, demo, ...)
 - ``cs3_tasks.models``, ``cs3_tasks.recipe``, ``cs3_tasks.demo``, ``cs3_tasks.task_configs``
 
 What a user scripts with is re-exported here, as jiwer and whisper do; each name is imported on first use,

@@ -21,8 +21,9 @@ import pytest
 
 pytest.importorskip("lm_eval")
 
+from cs3_tasks.cli import evaluate
 from cs3_tasks.core import data
-from cs3_tasks.harness import evaluate, lm_eval_hook
+from cs3_tasks.harness import lm_eval_hook
 
 REPO = Path(__file__).resolve().parents[1]
 LM_EVAL = shutil.which("lm_eval")

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cs3_tasks.harness import evaluate, lm_eval_hook
+from cs3_tasks.cli import evaluate
+from cs3_tasks.harness import lm_eval_hook
 
 GROUPS = ("cs3.yaml", "cs3_text.yaml")
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cs3_tasks.cli import evaluate
 from cs3_tasks.core import data
-from cs3_tasks.harness import evaluate, lm_eval_hook
+from cs3_tasks.harness import lm_eval_hook
 
 lm_eval = pytest.importorskip("lm_eval")
 

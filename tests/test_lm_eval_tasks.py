@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from cs3_tasks.task_configs.run import LmEvalRun
 
+from cs3_tasks.cli import evaluate
 from cs3_tasks.core import data
-from cs3_tasks.harness import evaluate, lm_eval_hook
+from cs3_tasks.harness import lm_eval_hook
 from cs3_tasks.harness.speech import encode_response
 
 lm_eval = pytest.importorskip("lm_eval")
@@ -131,9 +132,9 @@ def test_results_and_table_say_how_the_run_was_scored(utils, monkeypatch):
     "cs3"), and lm-eval's printed table ends with a line saying it."""
     import lm_eval.evaluator
     import lm_eval.utils
+    from cs3_tasks.task_configs.run import RUN
 
     from cs3_tasks.harness import lm_eval_hook
-    from cs3_tasks.task_configs.run import RUN
 
     note = utils.run_note(utils.scoring_settings_of({"judge": "none", "protocol": "cs3"}))
     assert note["protocol"] == "cs3" and note["judge"] is None

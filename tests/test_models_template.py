@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from lm_eval.api.instance import Instance
 
+from cs3_tasks.cli import evaluate
 from cs3_tasks.core import data
-from cs3_tasks.harness import evaluate
 from cs3_tasks.harness.speech import decode_response
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "examples" / "my_s2s_model.py"

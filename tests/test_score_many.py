@@ -18,9 +18,9 @@ from judge_server import Reply
 from test_protocol_cli import DOCS, EN_DOCS
 
 from cs3_tasks.cli import score as score_cli
+from cs3_tasks.cli import score_many
 from cs3_tasks.core.audio import write_wav
 from cs3_tasks.report import leaderboard as report
-from cs3_tasks.scoring import many as score_many
 from cs3_tasks.scoring import store as scoring_store
 
 ANSWERS = {"k-000": "答案0", "k-001": "RIGHT 1", "k-002": "不知道", "k-003": "答案是3"}

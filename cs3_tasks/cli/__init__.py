@@ -41,8 +41,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "cs3_tasks.report.compare",
         "two systems' result dirs: accuracy difference, paired 95%% CI, exact McNemar p per set and channel",
     ),
-    "eval": ("cs3_tasks.harness.evaluate", "run lm_eval with the cs3 tasks on the include path"),
-    "demo": ("cs3_tasks.harness.evaluate", "run the offline main job on the embedded demo set"),
+    "eval": ("cs3_tasks.cli.evaluate", "run lm_eval with the cs3 tasks on the include path"),
+    "demo": ("cs3_tasks.cli.evaluate", "run the offline main job on the embedded demo set"),
     "recipe": ("cs3_tasks.recipe.cli", "enhancement recipe: build-data, train"),
 }
 

@@ -1,4 +1,4 @@
-"""``cs3-bench score``: the command line over `cs3_tasks.scoring.run` and `cs3_tasks.scoring.many`."""
+"""``cs3-bench score``: the command line over `cs3_tasks.scoring.run` and `cs3_tasks.cli.score_many`."""
 
 from __future__ import annotations
 
@@ -83,11 +83,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``cs3-bench score``: one outputs dir (holding its result dir's lock until every file of the run is
-    written), or with ``--outputs-root`` every model folder under it (`cs3_tasks.scoring.many`). The run's
+    written), or with ``--outputs-root`` every model folder under it (`cs3_tasks.cli.score_many`). The run's
     settings are built and checked first, by the same validator as lm-eval's ``--metadata``."""
     from contextlib import ExitStack
 
-    from cs3_tasks.scoring import many
+    from cs3_tasks.cli import score_many as many
 
     if args.outputs_root is not None and args.model_name:
         print(

@@ -1,1 +1,1 @@
-"""the lm-eval glue: start-up hook, speech responses, data parallelism, eval and demo."""
+"""The lm-eval glue below the pipeline: the start-up hook, the speech-response protocol, data parallelism."""
