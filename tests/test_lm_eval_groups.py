@@ -3,10 +3,8 @@ twin's, and cs_vs_en.md says points where it means points."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import yaml
+from task_yaml import read_task_yaml
 
 from cs3_tasks.cli import evaluate
 from cs3_tasks.harness import lm_eval_hook
@@ -14,25 +12,14 @@ from cs3_tasks.harness import lm_eval_hook
 GROUPS = ("cs3.yaml", "cs3_text.yaml")
 
 
-class _TaskYamlLoader(yaml.SafeLoader):
-    """Reads the task YAMLs without importing their ``!function`` targets."""
-
-
-_TaskYamlLoader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
-
-
-def _yaml(path: Path) -> dict:
-    return yaml.load(path.read_text(encoding="utf-8"), Loader=_TaskYamlLoader)
-
-
 def _metrics_of(task: str) -> set[str]:
-    config = _yaml(lm_eval_hook.task_dir() / f"{task}.yaml")
+    config = read_task_yaml(lm_eval_hook.task_dir() / f"{task}.yaml")
     return {entry["metric"] for entry in config.get("metric_list") or []}
 
 
 @pytest.mark.parametrize("group_file", GROUPS)
 def test_no_group_row_mixes_code_switched_and_english_sets(group_file):
-    group = _yaml(lm_eval_hook.task_dir() / group_file)
+    group = read_task_yaml(lm_eval_hook.task_dir() / group_file)
     english = [task for task in group["task"] if "_en" in task]
     code_switched = [task for task in group["task"] if task not in english]
     assert english and code_switched

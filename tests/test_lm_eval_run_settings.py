@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
+from task_yaml import read_task_yaml
 
 from cs3_tasks.cli import evaluate
 from cs3_tasks.core import data
@@ -80,20 +80,13 @@ def test_num_fewshot_is_refused_before_generation(tmp_path):
     assert _evaluate(outputs, num_fewshot=0)["results"]["cs3_knowledge_text"]["acc_text,cs3"] >= 0
 
 
-class _TaskYamlLoader(yaml.SafeLoader):
-    """Reads the task YAMLs without importing their ``!function`` targets."""
-
-
-_TaskYamlLoader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
-
-
 def test_every_task_refuses_few_shot():
     """Every cs3 and BELLE task (a YAML with `task:`, directly or through its include) names the sampler."""
     folder = lm_eval_hook.task_dir()
-    template = yaml.load((folder / "_default_template_yaml").read_text(), Loader=_TaskYamlLoader)
+    template = read_task_yaml(folder / "_default_template_yaml")
     tasks = 0
     for path in sorted(folder.glob("*.yaml")):
-        config = yaml.load(path.read_text(encoding="utf-8"), Loader=_TaskYamlLoader)
+        config = read_task_yaml(path)
         if "task" not in config or "group" in config:
             continue
         tasks += 1
