@@ -26,8 +26,9 @@ from pathlib import Path
 import pytest
 from lm_eval.api.instance import Instance
 
+from cs3_tasks.cli import evaluate
 from cs3_tasks.core import data
-from cs3_tasks.harness import distributed, evaluate
+from cs3_tasks.harness import distributed
 from cs3_tasks.models.base import SpeechLM, SpeechReply, repeated_requests
 from cs3_tasks.scoring.outputs import output_files, read_output_union, read_outputs
 

@@ -136,6 +136,10 @@ def test_lm_eval_run_use_cache_and_log_samples(tmp_path):
     results = json.loads(next(out.rglob("results_*.json")).read_text(encoding="utf-8"))
     metrics = results["results"]["cs3_knowledge"]
     assert 0 < metrics["acc_text,cs3"] <= 1
+    # the results and the printed table say how the run was scored (issue 23 item 1)
+    assert results["cs3"]["protocol"] == "reference" and results["cs3"]["judge"] is None
+    assert results["cs3"]["comparable_to_paper"] == {"text": False, "speech": False}
+    assert "cs3: protocol reference, no judge (keyword-only lower bounds)" in first.stdout
 
 
 def test_cs3_bench_eval_works_with_the_hook_off(tmp_path):

@@ -312,11 +312,13 @@ def eval_command(lm_eval_args: Sequence[str]) -> list[str]:
     return [sys.executable, "-c", _LM_EVAL_SHIM, "run", "--include_path", str(task_dir()), *args]
 
 
-# `lm_eval` with our model names resolvable even when the start-up hook is switched off
+# `lm_eval` with our model names resolvable (and results that say how cs3 tasks were scored) even when
+# the start-up hook is switched off
 _LM_EVAL_SHIM = (
-    "import sys, lm_eval.api.registry as r; from cs3_tasks import lm_eval_hook as h; "
-    "h.patch_model_registry(r); from lm_eval.__main__ import cli_evaluate; "
-    "sys.argv[0] = 'lm_eval'; cli_evaluate()"
+    "import sys, lm_eval.api.registry as r, lm_eval.evaluator as e, lm_eval.utils as u; "
+    "from cs3_tasks.harness import lm_eval_hook as h; "
+    "h.patch_model_registry(r); h.patch_evaluator(e); h.patch_table(u); "
+    "from lm_eval.__main__ import cli_evaluate; sys.argv[0] = 'lm_eval'; cli_evaluate()"
 )
 
 
