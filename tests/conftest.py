@@ -116,8 +116,6 @@ def fake_asr(monkeypatch):
 REPO = Path(__file__).resolve().parents[1]
 NOT_SOURCE = shutil.ignore_patterns(
     ".git",
-    "build",
-    "dist",
     "*.egg-info",
     "__pycache__",
     ".pytest_cache",
@@ -129,10 +127,15 @@ NOT_SOURCE = shutil.ignore_patterns(
 )
 
 
+# setuptools' own output folders, at the top of the checkout only (cs3_tasks/build/ is a package)
+TOP_LEVEL_OUTPUTS = {"build", "dist"}
+
+
 def _not_source(folder: str, names: list[str]) -> set[str]:
     # any virtual environment in the checkout, whatever its name: CI makes .venv there, gigabytes of it
     venvs = {name for name in names if (Path(folder, name) / "pyvenv.cfg").is_file()}
-    return set(NOT_SOURCE(folder, names)) | venvs
+    outputs = TOP_LEVEL_OUTPUTS & set(names) if Path(folder).resolve() == REPO else set()
+    return set(NOT_SOURCE(folder, names)) | venvs | outputs
 
 
 @pytest.fixture(scope="session")

@@ -86,3 +86,17 @@ def test_pip_install_dot_gives_a_working_package(tmp_path, built_wheel):
         assert task in found["tasks"]
     assert found["model"] == "PrecomputedLM"
     assert found["demo_rows"] >= 24
+
+
+def test_every_package_folder_is_listed_for_the_wheel():
+    """pyproject.toml lists the packages by hand (task_configs/ ships as cs3_tasks.task_configs): a package
+    folder missing from the list would be missing from every installed copy."""
+    import tomllib
+
+    repo = Path(__file__).resolve().parents[1]
+    config = tomllib.loads((repo / "pyproject.toml").read_text("utf-8"))
+    listed = set(config["tool"]["setuptools"]["packages"])
+    folders = {
+        ".".join(init.parent.relative_to(repo).parts) for init in (repo / "cs3_tasks").rglob("__init__.py")
+    }
+    assert folders - listed == set()
