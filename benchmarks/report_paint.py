@@ -29,6 +29,7 @@ from cs3_tasks.report.html import ReportSettings, write_html_report
 from cs3_tasks.scoring.records import blank_record
 from cs3_tasks.scoring.summary import attach_cs_vs_en, summarize, write_summary
 
+CHROMIUM = "/usr/bin/chromium"  # Debian's; Playwright's own download is not used
 WORDS = ["Python", "Kilimanjaro", "Saturn", "organ", "machine learning", "Mozart", "Danube", "Peru", "API"]
 
 
@@ -89,12 +90,23 @@ def build_results(workdir: Path, n_models: int, n_items: int) -> tuple[list[Path
     return dirs, source
 
 
+def _missing_browser() -> str | None:
+    """Why the browser cannot be started here (None when it can)."""
+    import importlib.util
+
+    if importlib.util.find_spec("playwright") is None:
+        return "playwright is not installed (pip install playwright)"
+    if not Path(CHROMIUM).is_file():
+        return f"{CHROMIUM} is missing (apt-get install chromium)"
+    return None
+
+
 def measure(index: Path, runs: int) -> list[tuple[float, float]]:
     from playwright.sync_api import sync_playwright
 
     timings = []
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         # the machine's floor: the same browser painting a one-line page
         blank = index.parent / "blank.html"
         blank.write_text("<!DOCTYPE html><p>blank</p>", encoding="utf-8")
@@ -127,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args(argv)
+    missing = _missing_browser()
+    if missing:
+        print(f"report_paint needs headless Chromium through Playwright: {missing}", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="cs3-report-paint-") as tmp:
         workdir = args.workdir or Path(tmp)
         dirs, source = build_results(workdir, args.models, args.items)

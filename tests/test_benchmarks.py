@@ -1,0 +1,206 @@
+"""Every script in benchmarks/ runs from a clone with ../shared beside it, each with its smallest arguments.
+
+Each script runs as a user runs it (a subprocess, from a scratch folder) with its own CS3_BENCH_CACHE; the
+joined offline models are shared with the test session's cache (a symlink), so that no test joins or
+converts a model the session already has. A script that needs something this machine lacks (the shared
+data, the authors' scripts, the offline LLM, Chromium) says so and exits 2: the tests check that message
+where the thing is missing and skip, saying why, where the script cannot run at all.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARKS = REPO / "benchmarks"
+SHARED_DATA = Path(os.environ.get("CS3_SHARED_DATA") or REPO.parent / "shared" / "data")
+REFERENCE_SCRIPTS = Path(
+    os.environ.get("CS3_REFERENCE_SCRIPTS") or REPO.parent / "shared" / "reference" / "vocalbench-zh"
+)
+SCRIPTS = sorted(path.name for path in BENCHMARKS.glob("*.py"))
+
+
+def run_script(name: str, tmp_path: Path, *args: str, env: dict | None = None, timeout: float = 1800):
+    """``python benchmarks/<name> args`` from a scratch folder, with a cache of its own."""
+    cache = tmp_path / "cache"
+    cache.mkdir(exist_ok=True)
+    session_models = Path(os.environ["CS3_BENCH_CACHE"]) / "models"
+    session_models.mkdir(parents=True, exist_ok=True)
+    if not (cache / "models").exists():
+        (cache / "models").symlink_to(session_models, target_is_directory=True)
+    scratch = tmp_path / "cwd"
+    scratch.mkdir(exist_ok=True)
+    environment = {**os.environ, "CS3_BENCH_CACHE": str(cache), **(env or {})}
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / name), *args],
+        cwd=scratch,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    print(result.stdout[-4000:], result.stderr[-4000:], sep="\n")  # shown when a test fails
+    return result
+
+
+def needs(*paths: Path) -> None:
+    for path in paths:
+        if not path.exists():
+            pytest.skip(f"{path} is absent (the shared data beside the clone)")
+
+
+def needs_module(name: str) -> None:
+    if importlib.util.find_spec(name) is None:
+        pytest.skip(f"optional dependency {name} is not installed")
+
+
+def offline_whisper_installed() -> bool:
+    from cs3_tasks import asr
+
+    return asr.offline_whisper_base(join=False) is not None
+
+
+def offline_llm_installed() -> bool:
+    """The `bench` extra's parts are installed (checked without joining them)."""
+    from cs3_tasks.build.offline_llm import DEFAULT_OFFLINE_LLM, OFFLINE_LLMS
+
+    return all(importlib.util.find_spec(name) for name in OFFLINE_LLMS[DEFAULT_OFFLINE_LLM].packages)
+
+
+def test_every_script_is_covered():
+    assert SCRIPTS == [
+        "belle_asr_cer.py",
+        "data_parallel_cascade.py",
+        "offline_llm_load.py",
+        "protocol_keyword_stage.py",
+        "real_model_e2e.py",
+        "report_paint.py",
+        "score_throughput.py",
+    ], "a new script in benchmarks/ needs its test here"
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_help(name, tmp_path):
+    result = run_script(name, tmp_path, "--help", timeout=300)
+    assert result.returncode == 0
+    assert result.stdout.startswith("usage:")
+
+
+def test_score_throughput_without_the_authors_scripts_says_where_to_find_them(tmp_path):
+    result = run_script("score_throughput.py", tmp_path, "--reference-scripts", str(tmp_path / "none"))
+    assert result.returncode == 2
+    assert "--reference-scripts" in result.stderr and "CS3_REFERENCE_SCRIPTS" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_belle_scripts_without_the_shared_data_say_so(tmp_path):
+    empty = {"CS3_SHARED_DATA": str(tmp_path / "no-shared-data")}
+    result = run_script("belle_asr_cer.py", tmp_path, "--limit", "1", env=empty)
+    assert result.returncode == 2 and "CS3_SHARED_DATA" in result.stderr
+    result = run_script("score_throughput.py", tmp_path, "--n", "1", "--audio", "belle", env=empty)
+    assert result.returncode == 2 and "CS3_SHARED_DATA" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_score_throughput(tmp_path):
+    """The issue's command, smallest: the default (reference) protocol finds the authors' scripts itself."""
+    needs(SHARED_DATA / "belle_eval_s2s", REFERENCE_SCRIPTS)
+    if not offline_whisper_installed():
+        pytest.skip("the offline Whisper-base is not installed (pip install cs3-bench[offline])")
+    out = tmp_path / "timings.json"
+    result = run_script(
+        "score_throughput.py",
+        tmp_path,
+        *("--n", "2", "--audio", "belle", "--modes", "batched", "--latency", "0"),
+        *("--workdir", str(tmp_path / "work"), "--json", str(out)),
+        env={"CS3_REFERENCE_SCRIPTS": ""},  # found beside the clone
+    )
+    assert result.returncode == 0
+    assert "naive sequential" in result.stdout and "BatchedInferencePipeline" in result.stdout
+    assert out.is_file()
+
+
+@pytest.mark.slow
+def test_belle_asr_cer(tmp_path):
+    needs(SHARED_DATA / "belle_eval_s2s")
+    if not offline_whisper_installed():
+        pytest.skip("the offline Whisper-base is not installed (pip install cs3-bench[offline])")
+    result = run_script("belle_asr_cer.py", tmp_path, "--limit", "2", "--compare", "0", "--modes", "batched")
+    assert result.returncode == 0
+    assert "CER" in result.stdout
+
+
+def test_protocol_keyword_stage(tmp_path):
+    """Smallest: the demo responses only (the full knowledge set of --source takes minutes)."""
+    result = run_script("protocol_keyword_stage.py", tmp_path, "--source", str(tmp_path / "no-source"))
+    assert result.returncode == 0
+    assert "reference" in result.stdout and "cs3" in result.stdout
+
+
+def test_protocol_keyword_stage_end_to_end(tmp_path):
+    needs(REFERENCE_SCRIPTS)
+    result = run_script(
+        "protocol_keyword_stage.py", tmp_path, "--end-to-end", "--source", str(tmp_path / "no-source")
+    )
+    assert result.returncode == 0
+    assert "reference" in result.stdout
+
+
+def test_report_paint(tmp_path):
+    result = run_script(
+        "report_paint.py",
+        tmp_path,
+        "--models",
+        "1",
+        "--items",
+        "3",
+        "--runs",
+        "1",
+        "--workdir",
+        str(tmp_path),
+    )
+    if importlib.util.find_spec("playwright") is None or not Path("/usr/bin/chromium").is_file():
+        assert result.returncode == 2 and "Chromium" in result.stderr
+        return
+    assert result.returncode == 0
+    assert "first contentful paint" in result.stdout
+
+
+@pytest.mark.slow
+def test_data_parallel_cascade(tmp_path):
+    needs_module("accelerate")
+    result = run_script(
+        "data_parallel_cascade.py", tmp_path, "--limit", "1", "--workdir", str(tmp_path / "work")
+    )
+    assert result.returncode == 0
+    assert "metrics identical: True" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "args", "printed"),
+    [
+        ("offline_llm_load.py", [], "largest logit difference: 0.0"),
+        (
+            "real_model_e2e.py",
+            ["--dataset", "demo", "--limit", "1", "--stages", "text", "--out", "out"],
+            "cs3_knowledge_text",
+        ),
+    ],
+)
+def test_offline_llm_scripts(name, args, printed, tmp_path):
+    """The `bench` extra's LLM: without it, each script names the install command."""
+    result = run_script(name, tmp_path, *args)
+    if not offline_llm_installed():
+        assert result.returncode == 2 and "cs3-bench[bench]" in result.stderr
+        return
+    assert result.returncode == 0
+    assert printed in result.stdout
