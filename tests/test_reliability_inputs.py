@@ -350,3 +350,20 @@ def test_a_cache_file_met_while_reading_the_reference_prompts_is_one_line(
     args.protocol = "reference"
     assert score_cli.run(args) == 2
     _one_error_line(capsys.readouterr().err, str(not_a_dir))
+
+
+def test_a_directory_or_fifo_given_as_audio_is_said_as_such(tmp_path):
+    """Issue 22 item 10: a directory or a FIFO where a wav should be is named as what it is, not "missing"
+    (and the FIFO is never opened: reading it would block the run)."""
+    import os
+
+    from cs3_tasks.scoring.outputs import read_outputs
+
+    folder = tmp_path / "model"
+    (folder / "knowledge" / "k-000.wav").mkdir(parents=True)
+    os.mkfifo(folder / "knowledge" / "k-001.wav")
+    rows = [{"Qid": f"k-00{i}", "text": "答案", "audio": f"knowledge/k-00{i}.wav"} for i in range(2)]
+    (folder / "knowledge.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    outputs = read_outputs(folder, "knowledge")
+    assert outputs["k-000"].audio is None and "is a directory" in outputs["k-000"].problem
+    assert outputs["k-001"].audio is None and "FIFO" in outputs["k-001"].problem

@@ -340,8 +340,11 @@ def _authors_wav(outputs_dir: Path, set_name: str, qid: str) -> tuple[str | None
             if wav.is_file():
                 return str(wav), None
         wav = outputs_dir / "wav" / f"{qid}.wav"
-        if not wav.is_file():
-            return None, f"missing wav: wav/{stem}/{qid}.wav (or wav/{qid}.wav)"
+        if not wav.is_file():  # a directory or a FIFO by that name is said as such (never opened)
+            from cs3_tasks.core.audio import audio_file_problem
+
+            missing = f"missing wav: wav/{stem}/{qid}.wav (or wav/{qid}.wav)"
+            return None, audio_file_problem(wav) if wav.exists() else missing
     except OSError as exc:
         return None, f"no wav for Qid {qid[:40]!r}...: {exc.strerror}"
     return str(wav), None
@@ -354,8 +357,10 @@ def _our_audio(outputs_dir: Path, audio: Any) -> tuple[str | None, str | None]:
         return None, f"audio field is not a path: {audio!r}"
     path = Path(audio) if Path(audio).is_absolute() else outputs_dir / audio
     try:  # a name too long for the file system (ENAMETOOLONG) is that item's problem
-        if not path.is_file():
-            return None, f"missing audio file: {audio}"
+        if not path.is_file():  # a directory or a FIFO is said as such (never opened)
+            from cs3_tasks.core.audio import audio_file_problem
+
+            return None, audio_file_problem(path) if path.exists() else f"missing audio file: {audio}"
     except OSError as exc:
         return None, f"audio file {audio[:60]!r}...: {exc.strerror}"
     return str(path), None
