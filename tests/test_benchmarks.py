@@ -178,7 +178,7 @@ def test_report_paint(tmp_path):
 def test_data_parallel_cascade(tmp_path):
     needs_module("accelerate")
     result = run_script(
-        "data_parallel_cascade.py", tmp_path, "--limit", "1", "--workdir", str(tmp_path / "work")
+        "data_parallel_cascade.py", tmp_path, "--limit", "2", "--workdir", str(tmp_path / "work")
     )
     assert result.returncode == 0
     assert "metrics identical: True" in result.stdout
