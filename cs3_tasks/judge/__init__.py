@@ -10,7 +10,7 @@ judge_error), `tasks` (the cs3 protocol's knowledge / open-ended / conversation 
 
 from __future__ import annotations
 
-from cs3_tasks.judge.arguments import add_judge_arguments, judge_config_from_args
+from cs3_tasks.judge.arguments import add_judge_arguments, judge_config_from_args, judge_config_from_options
 from cs3_tasks.judge.config import (
     CACHE_FILE,
     DEFAULT_API_KEY_ENV,
@@ -85,6 +85,7 @@ __all__ = [
     "default_api_key_env",
     "is_local_url",
     "judge_config_from_args",
+    "judge_config_from_options",
     "judge_conversation",
     "judge_knowledge",
     "judge_open_ended",

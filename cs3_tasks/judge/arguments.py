@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from cs3_tasks.judge.config import (
     DEFAULT_API_KEY_ENV,
@@ -15,6 +17,9 @@ from cs3_tasks.judge.config import (
     PRESETS,
     JudgeConfig,
 )
+
+NO_JUDGE = ("none", "no", "false", "0", "off")  # `judge` option values that mean "no judge"
+ENV_JUDGE = ("env", "yes", "true", "1", "on")  # ... that mean "the judge of the environment / defaults"
 
 
 def add_judge_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,16 +75,33 @@ def add_judge_arguments(parser: argparse.ArgumentParser) -> None:
 
 def judge_config_from_args(args: argparse.Namespace) -> JudgeConfig | None:
     """None with --no-judge, else a validated JudgeConfig (JudgeConfigError before any work starts)."""
-    if getattr(args, "no_judge", False):
+    return judge_config_from_options(vars(args))
+
+
+def _option(options: Mapping[str, Any], key: str) -> Any:
+    value = options.get(key)
+    return value.strip() if isinstance(value, str) else value
+
+
+def judge_config_from_options(options: Mapping[str, Any]) -> JudgeConfig | None:
+    """The judge of a run: None when asked for none (``no_judge``, or ``judge`` "none"), else a validated
+    JudgeConfig from the options (``judge`` a preset name or "env", ``judge_preset``, ``judge_model``,
+    ``judge_base_url``, ``judge_api_key_env``, ``judge_concurrency``, ``judge_timeout``, ``judge_cache``)
+    over $CS3_JUDGE_* and the defaults. JudgeConfigError (with the fix) when it cannot run (no API key)."""
+    choice = str(_option(options, "judge") or "")
+    if options.get("no_judge") or choice.lower() in NO_JUDGE:
         return None
+    preset = _option(options, "judge_preset") or (
+        choice if choice and choice.lower() not in ENV_JUDGE else None
+    )
     config = JudgeConfig.from_env(
-        preset=getattr(args, "judge_preset", None),
-        model=getattr(args, "judge_model", None),
-        base_url=getattr(args, "judge_base_url", None),
-        api_key_env=getattr(args, "judge_api_key_env", None),
-        max_concurrency=getattr(args, "judge_concurrency", None),
-        timeout=getattr(args, "judge_timeout", None),
-        cache_path=getattr(args, "judge_cache", None),
+        preset=preset,
+        model=_option(options, "judge_model") or None,
+        base_url=_option(options, "judge_base_url") or None,
+        api_key_env=_option(options, "judge_api_key_env"),
+        max_concurrency=options.get("judge_concurrency"),
+        timeout=options.get("judge_timeout"),
+        cache_path=options.get("judge_cache"),
     )
     config.validate()
     return config

@@ -90,10 +90,6 @@ def protocol_asr(asr: AsrConfig, protocol: str, chosen: bool = False) -> AsrConf
     return replace(asr, backend=reference.REFERENCE_ASR_BACKEND, model=reference.REFERENCE_ASR_MODEL)
 
 
-NO_JUDGE = ("none", "no", "false", "0", "off")  # `judge` option values that mean "no judge"
-ENV_JUDGE = ("env", "yes", "true", "1", "on")  # ... that mean "the judge of the environment / defaults"
-
-
 @dataclass(frozen=True)
 class ScoringSettings:
     """What every scored item of a run depends on besides its output, resolved and checked once per run,
@@ -128,46 +124,20 @@ def _option(options: Mapping[str, Any], key: str) -> Any:
     return value.strip() if isinstance(value, str) else value
 
 
-def judge_from_options(options: Mapping[str, Any]) -> JudgeConfig | None:
-    """The judge of a run: None when asked for none (``no_judge``, or ``judge`` "none"), else a validated
-    JudgeConfig from the options (``judge`` a preset name or "env", ``judge_preset``, ``judge_model``,
-    ``judge_base_url``, ``judge_api_key_env``, ``judge_concurrency``, ``judge_timeout``, ``judge_cache``)
-    over $CS3_JUDGE_* and the defaults. JudgeConfigError (with the fix) when it cannot run (no API key)."""
-    from cs3_tasks.judge import JudgeConfig
-
-    choice = str(_option(options, "judge") or "")
-    if options.get("no_judge") or choice.lower() in NO_JUDGE:
-        return None
-    preset = _option(options, "judge_preset") or (
-        choice if choice and choice.lower() not in ENV_JUDGE else None
-    )
-    config = JudgeConfig.from_env(
-        preset=preset,
-        model=_option(options, "judge_model") or None,
-        base_url=_option(options, "judge_base_url") or None,
-        api_key_env=_option(options, "judge_api_key_env"),
-        max_concurrency=options.get("judge_concurrency"),
-        timeout=options.get("judge_timeout"),
-        cache_path=options.get("judge_cache"),
-    )
-    config.validate()
-    return config
-
-
 def settings_from_options(options: Mapping[str, Any], *, reference_prompts: bool = True) -> ScoringSettings:
     """The one validator of a run's options, for ``cs3-bench score`` (its parsed options as a mapping) and
-    for lm-eval's ``--metadata`` alike: the protocol, the ASR, the judge (`judge_from_options`) and, for the
-    reference protocol with a judge, the authors' prompts read from their scripts (not with
-    ``reference_prompts=False``: a scorer that does not use them, e.g. BELLE's). ScoringError naming the cause
-    before any work starts."""
+    for lm-eval's ``--metadata`` alike: the protocol, the ASR, the judge (`judge_config_from_options`, the one
+    builder of a judge from options) and, for the reference protocol with a judge, the authors' prompts read
+    from their scripts (not with ``reference_prompts=False``: a scorer that does not use them, e.g. BELLE's).
+    ScoringError naming the cause before any work starts."""
     from cs3_tasks.asr import AsrConfig, check_backend, default_backend
-    from cs3_tasks.judge import JudgeConfigError
+    from cs3_tasks.judge import JudgeConfigError, judge_config_from_options
     from cs3_tasks.scoring.protocols import reference
 
     protocol = str(_option(options, "protocol") or DEFAULT_PROTOCOL).lower()
     try:
         check_protocol(protocol)
-        judge_config = judge_from_options(options)
+        judge_config = judge_config_from_options(options)
         backend = _option(options, "asr_backend") or None
         model = _option(options, "asr_model") or None
         resolved_backend = backend or default_backend()
