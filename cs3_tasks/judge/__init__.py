@@ -10,7 +10,12 @@ judge_error), `tasks` (the cs3 protocol's knowledge / open-ended / conversation 
 
 from __future__ import annotations
 
-from cs3_tasks.judge.arguments import add_judge_arguments, judge_config_from_args, judge_config_from_options
+from cs3_tasks.judge.arguments import (
+    add_judge_arguments,
+    judge_config_from_args,
+    judge_config_from_options,
+    option_value,
+)
 from cs3_tasks.judge.config import (
     CACHE_FILE,
     DEFAULT_API_KEY_ENV,
@@ -86,6 +91,7 @@ __all__ = [
     "is_local_url",
     "judge_config_from_args",
     "judge_config_from_options",
+    "option_value",
     "judge_conversation",
     "judge_knowledge",
     "judge_open_ended",

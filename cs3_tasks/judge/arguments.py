@@ -78,7 +78,8 @@ def judge_config_from_args(args: argparse.Namespace) -> JudgeConfig | None:
     return judge_config_from_options(vars(args))
 
 
-def _option(options: Mapping[str, Any], key: str) -> Any:
+def option_value(options: Mapping[str, Any], key: str) -> Any:
+    """``options[key]`` (None when absent), a string stripped: an option from a command line or JSON."""
     value = options.get(key)
     return value.strip() if isinstance(value, str) else value
 
@@ -88,17 +89,17 @@ def judge_config_from_options(options: Mapping[str, Any]) -> JudgeConfig | None:
     JudgeConfig from the options (``judge`` a preset name or "env", ``judge_preset``, ``judge_model``,
     ``judge_base_url``, ``judge_api_key_env``, ``judge_concurrency``, ``judge_timeout``, ``judge_cache``)
     over $CS3_JUDGE_* and the defaults. JudgeConfigError (with the fix) when it cannot run (no API key)."""
-    choice = str(_option(options, "judge") or "")
+    choice = str(option_value(options, "judge") or "")
     if options.get("no_judge") or choice.lower() in NO_JUDGE:
         return None
-    preset = _option(options, "judge_preset") or (
+    preset = option_value(options, "judge_preset") or (
         choice if choice and choice.lower() not in ENV_JUDGE else None
     )
     config = JudgeConfig.from_env(
         preset=preset,
-        model=_option(options, "judge_model") or None,
-        base_url=_option(options, "judge_base_url") or None,
-        api_key_env=_option(options, "judge_api_key_env"),
+        model=option_value(options, "judge_model") or None,
+        base_url=option_value(options, "judge_base_url") or None,
+        api_key_env=option_value(options, "judge_api_key_env"),
         max_concurrency=options.get("judge_concurrency"),
         timeout=options.get("judge_timeout"),
         cache_path=options.get("judge_cache"),

@@ -119,11 +119,6 @@ class ScoringSettings:
         )
 
 
-def _option(options: Mapping[str, Any], key: str) -> Any:
-    value = options.get(key)
-    return value.strip() if isinstance(value, str) else value
-
-
 def settings_from_options(options: Mapping[str, Any], *, reference_prompts: bool = True) -> ScoringSettings:
     """The one validator of a run's options, for ``cs3-bench score`` (its parsed options as a mapping) and
     for lm-eval's ``--metadata`` alike: the protocol, the ASR, the judge (`judge_config_from_options`, the one
@@ -131,22 +126,22 @@ def settings_from_options(options: Mapping[str, Any], *, reference_prompts: bool
     from their scripts (not with ``reference_prompts=False``: a scorer that does not use them, e.g. BELLE's).
     ScoringError naming the cause before any work starts."""
     from cs3_tasks.asr import AsrConfig, check_backend, default_backend
-    from cs3_tasks.judge import JudgeConfigError, judge_config_from_options
+    from cs3_tasks.judge import JudgeConfigError, judge_config_from_options, option_value
     from cs3_tasks.scoring.protocols import reference
 
-    protocol = str(_option(options, "protocol") or DEFAULT_PROTOCOL).lower()
+    protocol = str(option_value(options, "protocol") or DEFAULT_PROTOCOL).lower()
     try:
         check_protocol(protocol)
         judge_config = judge_config_from_options(options)
-        backend = _option(options, "asr_backend") or None
-        model = _option(options, "asr_model") or None
+        backend = option_value(options, "asr_backend") or None
+        model = option_value(options, "asr_model") or None
         resolved_backend = backend or default_backend()
         check_backend(resolved_backend)
         asr_config = AsrConfig(
             backend=resolved_backend,
             model=model,
-            short_clips=_option(options, "asr_short_clips") or None,
-            device=_option(options, "asr_device") or None,
+            short_clips=option_value(options, "asr_short_clips") or None,
+            device=option_value(options, "asr_device") or None,
         )
         asr_config = protocol_asr(asr_config, protocol, chosen=bool(backend or model))
         asr_config.resolved()  # an unknown short-clip decoding fails now, not after generation
@@ -155,7 +150,7 @@ def settings_from_options(options: Mapping[str, Any], *, reference_prompts: bool
     templates = None
     if protocol == "reference" and judge_config is not None and reference_prompts:
         try:  # the judge prompts are read now: a missing copy fails before any ASR or judge work
-            templates = reference.load_templates(_option(options, "reference_scripts") or None)
+            templates = reference.load_templates(option_value(options, "reference_scripts") or None)
         except reference.ReferenceScriptsError as exc:
             raise ScoringError(str(exc)) from None
     return ScoringSettings(
@@ -164,5 +159,5 @@ def settings_from_options(options: Mapping[str, Any], *, reference_prompts: bool
         judge=judge_config,
         templates=templates,
         given_transcripts=bool(options.get("use_given_transcripts")),
-        dataset=_option(options, "dataset") or None,
+        dataset=option_value(options, "dataset") or None,
     )
