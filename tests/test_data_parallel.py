@@ -284,14 +284,18 @@ def test_precomputed_two_processes_give_the_one_process_metrics(tmp_path):
 @needs_demo
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
 def test_cascade_two_processes_answer_each_request_once_with_the_one_process_metrics(tmp_path):
-    from tiny_llm import build_tiny_qwen2
-
-    llm = build_tiny_qwen2(tmp_path / "tiny")
+    """benchmarks/data_parallel_cascade.py, run as from a fresh clone: its 1-process and 2-process runs of
+    cs3-cascade with a tiny LLM (cold cache each) give identical metrics; each request is answered once."""
     limit = 3
-    one, two, _ = run_both(
-        tmp_path, "cs3-cascade", f"llm={llm},max_new_tokens=6,output_dir={tmp_path}/out-{{nproc}}", limit
-    )
-    assert one == two
+    scratch = tmp_path / "cwd"
+    scratch.mkdir()
+    result = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "data_parallel_cascade.py"), "--limit", str(limit),
+         "--workdir", str(tmp_path)],
+        cwd=scratch, capture_output=True, text=True, timeout=1800, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "metrics identical: True" in result.stdout, result.stdout[-2000:]
     assert sorted(p.name for p in (tmp_path / "out-1").glob("*.jsonl") if p.name != "errors.jsonl") == [
         "knowledge.jsonl",
         "knowledge_en.jsonl",

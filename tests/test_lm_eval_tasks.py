@@ -157,6 +157,44 @@ def test_results_and_table_say_how_the_run_was_scored(utils, monkeypatch):
     assert "cs3" not in module.simple_evaluate()  # not a cs3 run: nothing added
 
 
+@pytest.mark.parametrize(
+    ("world_size", "tasks", "limit", "refused"),
+    [
+        ("2", ["cs3"], 1.0, True),  # lm-eval's --limit is a float
+        ("4", ["cs3_knowledge"], 3, True),
+        ("2", ["belle_s2s_zh2en"], 1, True),
+        ("2", ["cs3"], 2.0, False),
+        ("2", ["cs3"], 0.5, False),  # a fraction of each task: not known here
+        ("2", ["cs3"], None, False),
+        ("1", ["cs3"], 1.0, False),
+        ("2", ["arc_easy"], 1.0, False),  # not ours to say
+    ],
+)
+def test_a_launch_that_leaves_a_rank_without_docs_is_refused_before_it_runs(
+    world_size, tasks, limit, refused, monkeypatch
+):
+    from cs3_tasks.harness import lm_eval_hook
+
+    monkeypatch.setenv("WORLD_SIZE", world_size)
+    ran = []
+
+    def simple_evaluate(model=None, model_args=None, tasks=None, limit=None):
+        ran.append(tasks)
+        return {"results": {}}
+
+    module = type("M", (), {"simple_evaluate": staticmethod(simple_evaluate)})
+    lm_eval_hook.patch_evaluator(module)
+    if not refused:
+        module.simple_evaluate("cs3-precomputed", tasks=tasks, limit=limit)
+        assert ran == [tasks]
+        return
+    with pytest.raises(
+        SystemExit, match=f"under {world_size} processes leaves a process with no item"
+    ) as stop:
+        module.simple_evaluate("cs3-precomputed", tasks=tasks, limit=limit)
+    assert f"--limit {world_size} or more" in str(stop.value) and not ran
+
+
 def _docs(set_name: str) -> list[dict]:
     return [{k: v for k, v in row.items() if k != "audio"} for row in data.load_set(set_name, "demo")]
 

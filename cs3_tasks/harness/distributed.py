@@ -60,7 +60,7 @@ def process_group() -> ProcessGroup:
     if _GROUP is not None:
         return _GROUP
     dist = _torch_distributed()
-    if dist is not None and not dist.is_initialized() and _env_world_size() > 1:
+    if dist is not None and not dist.is_initialized() and launch_world_size() > 1:
         from accelerate import PartialState
 
         # accelerate sets this rank's CUDA device and joins the group (nccl on GPUs, gloo on CPUs)
@@ -82,7 +82,8 @@ def _group(rank: int, world_size: int) -> ProcessGroup:
     return ProcessGroup(rank=rank, world_size=world_size, local_rank=local_rank, local_world_size=local_world)
 
 
-def _env_world_size() -> int:
+def launch_world_size() -> int:
+    """The number of processes the launcher started (``WORLD_SIZE``), read without joining the group."""
     try:
         return int(os.environ.get("WORLD_SIZE", "1"))
     except ValueError:
@@ -161,5 +162,5 @@ def cpu_threads_per_process() -> int:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         cores = os.cpu_count() or 1
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if _env_world_size() > 1 else 1
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if launch_world_size() > 1 else 1
     return max(1, cores // max(1, local_world))

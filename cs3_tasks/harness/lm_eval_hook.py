@@ -168,6 +168,26 @@ def scoring_line(note: dict) -> str:
     )
 
 
+def refuse_a_rank_without_docs(tasks, limit) -> None:
+    """Stop, with the ways out, a launch in which a rank would get no doc of a cs3 task.
+
+    lm-eval gives doc i to rank i % world_size, and a rank that gets none stops with a traceback ("did not
+    find any docs!") while its peers wait: ``--limit 1`` under two processes. A fractional limit is let by.
+    """
+    from cs3_tasks.harness.distributed import launch_world_size
+
+    ranks = launch_world_size()
+    if ranks <= 1 or isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 1 <= limit < ranks:
+        return
+    names = tasks if isinstance(tasks, (list, tuple)) else [tasks]
+    if any(isinstance(name, str) and name.startswith(OUR_TASK_PREFIXES) for name in names):
+        raise SystemExit(
+            f"cs3-bench: --limit {limit:g} under {ranks} processes leaves a process with no item of a task "
+            f"(lm-eval gives item i to process i % {ranks}). Use --limit {ranks} or more, or launch no more "
+            f"processes than items."
+        )
+
+
 def patch_evaluator(evaluator_module) -> None:
     """``simple_evaluate``'s results (and so results_*.json) carry ``cs3``: how the cs3 tasks were scored."""
     original = evaluator_module.simple_evaluate
@@ -175,6 +195,10 @@ def patch_evaluator(evaluator_module) -> None:
         return
 
     def simple_evaluate(*args, **kwargs):
+        import inspect
+
+        bound = inspect.signature(original).bind_partial(*args, **kwargs).arguments
+        refuse_a_rank_without_docs(bound.get("tasks"), bound.get("limit"))
         results = original(*args, **kwargs)
         note = scoring_note()
         tasks = results.get("results", {}) if isinstance(results, dict) else {}
