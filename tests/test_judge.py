@@ -406,6 +406,26 @@ def test_cached_replies_are_reparsed(tmp_path, judge_server):
     assert server.request_count == 2
 
 
+def test_an_unparseable_reply_is_asked_again_at_once(tmp_path, judge_server):
+    """The server answered; only its text did not follow the format: no backoff before the re-ask (two
+    minutes here, so a wait would run far past the test's timeout)."""
+    replies = iter(["no verdict here", "正确"])
+    server = judge_server(lambda request: next(replies))
+    config = loopback_config(server, tmp_path, backoff_initial=120.0, backoff_max=120.0, use_cache=False)
+    verdict = _within(30, lambda: judge_knowledge([KNOWLEDGE[0]], config)[0])
+    assert verdict.value is True and server.request_count == 2
+
+
+def _within(seconds: float, call):
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(1)
+    try:
+        return pool.submit(call).result(timeout=seconds)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
 def test_ask_batch_accepts_message_lists(tmp_path, judge_server):
     messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hi"}]
     server = judge_server("ok")

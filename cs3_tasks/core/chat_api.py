@@ -33,11 +33,21 @@ T = TypeVar("T")
 
 class EndpointError(RuntimeError):
     """A request that did not give a usable reply. ``cause`` says why; ``raw`` keeps the reply text (if any)
-    for auditing; ``retryable`` says whether the retry policy tries again."""
+    for auditing; ``retryable`` says whether the retry policy tries again, and ``backoff`` whether it waits
+    first (an answer the caller could not read is asked again at once: the server is not the problem)."""
 
-    def __init__(self, cause: str, *, retryable: bool, raw: str = "", retry_after: float | None = None):
+    def __init__(
+        self,
+        cause: str,
+        *,
+        retryable: bool,
+        raw: str = "",
+        retry_after: float | None = None,
+        backoff: bool = True,
+    ):
         super().__init__(cause)
         self.cause, self.retryable, self.raw, self.retry_after = cause, retryable, raw, retry_after
+        self.backoff = backoff
 
 
 class AuthenticationError(EndpointError):
@@ -271,12 +281,15 @@ def message_text(reply: dict) -> str:
 
 
 def _wait(policy: RetryPolicy) -> Callable[[tenacity.RetryCallState], float]:
-    """Exponential backoff with jitter; a server's Retry-After (429/503) is honoured up to backoff_max."""
+    """Exponential backoff with jitter (none for an error raised with ``backoff=False``); a server's
+    Retry-After (429/503) is honoured up to backoff_max."""
 
     def wait(state: tenacity.RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, EndpointError) and not exc.backoff:
+            return 0.0
         delay = min(policy.backoff_max, policy.backoff_initial * 2 ** (state.attempt_number - 1))
         delay *= random.uniform(0.5, 1.0)
-        exc = state.outcome.exception() if state.outcome else None
         if isinstance(exc, EndpointError) and exc.retry_after:
             delay = max(delay, min(exc.retry_after, policy.backoff_max))
         return delay

@@ -230,7 +230,9 @@ class _Item:
                 try:
                     policy.parse(raw)
                 except UnparseableReply as exc:  # re-ask: the next sample may follow the format
-                    raise EndpointError(f"unparseable reply: {exc}", retryable=True, raw=raw) from exc
+                    raise EndpointError(
+                        f"unparseable reply: {exc}", retryable=True, raw=raw, backoff=False
+                    ) from exc
             return raw, _join_notes(request_note, reply_note)
 
         last: tuple[str | None, str | None] = (None, request_note)
