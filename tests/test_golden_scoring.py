@@ -98,6 +98,7 @@ def _score(tmp_path: Path, protocol: str, server, extra: list[str]) -> dict:
     ]
     code = cli.main(argv)
     roots = {str(out): "<out>", str(DEMO): "<demo>", str(tmp_path): "<tmp>", str(AUTHORS): "<authors>"}
+    roots[str(AUTHORS.resolve())] = "<authors>"  # settings name the resolved folder (../shared: a link?)
     files = {
         str(p.relative_to(out)): _read(p, roots)
         for p in sorted(out.rglob("*"))

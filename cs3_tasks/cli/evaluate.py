@@ -33,16 +33,23 @@ def task_dir() -> Path:
     return _task_dir()
 
 
-def task_manager(include_path: str | Path | Sequence[str | Path] | None = None, **kwargs: Any):
+def task_manager(
+    include_path: str | Path | Sequence[str | Path] | None = None,
+    *,
+    include_defaults: bool = False,
+    **kwargs: Any,
+):
     """An ``lm_eval.tasks.TaskManager`` that knows the cs3 tasks (with or without the start-up hook).
 
-    ``include_path`` adds more task folders; other keyword arguments go to TaskManager (``metadata``...).
+    ``include_path`` adds more task folders; ``include_defaults=True`` adds lm-eval's own tasks (indexing
+    their YAML files is most of lm-eval's start-up time, so they are left out unless asked for); other
+    keyword arguments go to TaskManager (``metadata``...).
     """
     from lm_eval.tasks import TaskManager
 
     from cs3_tasks.harness.lm_eval_hook import with_our_tasks
 
-    return TaskManager(include_path=with_our_tasks(include_path), **kwargs)
+    return TaskManager(include_path=with_our_tasks(include_path), include_defaults=include_defaults, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -257,8 +264,7 @@ def evaluate_outputs(
         model="cs3-precomputed",
         model_args={"outputs": str(outputs)},
         tasks=task_list,
-        # only the cs3 tasks run here: skip indexing lm-eval's own task YAMLs (most of its start-up time)
-        task_manager=task_manager(metadata=metadata, include_defaults=False),
+        task_manager=task_manager(metadata=metadata),
         metadata=metadata,
         log_samples=True,
         bootstrap_iters=0,
