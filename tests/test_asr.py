@@ -81,18 +81,30 @@ def _cer(reference: str, hypothesis: str) -> float:
 # real model, real speech
 
 
+@pytest.fixture(scope="module")
+def belle_sample(whisper_base) -> tuple[list[tuple[Path, str]], list[Transcript]]:
+    """Every fifth BELLE clip (50, spread over test.tsv) and its default (batched) transcripts, heard once
+    for the tests of this file that need them."""
+    sample = _belle_pairs()[::5]
+    default_mode = asr_config.DECODING.short_clip_decoding  # named: a module fixture sees no test's env
+    wavs = [p for p, _ in sample]
+    transcripts = transcribe_batch(
+        wavs, model=whisper_base, use_cache=False, progress=False, short_clips=default_mode
+    )
+    return sample, transcripts
+
+
 @pytest.mark.slow
-def test_belle_character_error_rate_on_every_fifth_clip(whisper_base):
+def test_belle_character_error_rate_on_every_fifth_clip(belle_sample):
     """Real 22.05 kHz Mandarin speech read, resampled, batched and heard. The CER of all 250 clips measures
     Whisper-base rather than this package: benchmarks/belle_asr_cer.py measures it (benchmarks/README.md);
-    here every fifth clip, spread over test.tsv, is held to the same bound, and every clip must read."""
+    here every fifth clip is held to the same bound, and every clip must read."""
     from cs3_tasks.core.metrics import corpus_character_error_rate
 
     pairs = _belle_pairs()
     assert len(pairs) == 250
     assert all(load_audio(wav).size > SAMPLE_RATE // 2 for wav, _ in pairs)
-    sample = pairs[::5]
-    transcripts = transcribe_batch([p for p, _ in sample], model=whisper_base, progress=False)
+    sample, transcripts = belle_sample
     assert [t.error for t in transcripts] == [None] * 50
     assert sum(t.language == "zh" for t in transcripts) >= 49
     cer = corpus_character_error_rate([r for _, r in sample], [t.text for t in transcripts])
@@ -280,8 +292,9 @@ def test_unfinished_segment_rule_matches_faster_whisper():
 
 
 @pytest.mark.slow
-def test_packed_decoding_matches_per_clip_accuracy_on_belle(whisper_base, monkeypatch):
-    """Packed windows vs one window per clip on 24 BELLE clips: as accurate, every clip resolved.
+def test_packed_decoding_matches_per_clip_accuracy_on_belle(whisper_base, belle_sample, monkeypatch):
+    """Packed windows vs one window per clip (the default) on 24 BELLE clips: as accurate, every clip
+    resolved.
 
     Measured on all 250 (benchmarks/belle_asr_cer.py): CER 0.12-0.13 packed vs 0.135 per clip; the
     transcripts differ on some clips (neighbours in the window), so this compares accuracy.
@@ -289,7 +302,8 @@ def test_packed_decoding_matches_per_clip_accuracy_on_belle(whisper_base, monkey
     from cs3_tasks.core.metrics import corpus_character_error_rate
 
     monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")
-    pairs = _belle_pairs()[:24]
+    sample, default_transcripts = belle_sample
+    pairs, per_clip = sample[:24], default_transcripts[:24]
     wavs, refs = [p for p, _ in pairs], [r for _, r in pairs]
     runner = asr_runners.cached_runner("faster-whisper", whisper_base)
     left_over = []
@@ -301,8 +315,6 @@ def test_packed_decoding_matches_per_clip_accuracy_on_belle(whisper_base, monkey
     # at least half the clips were resolved by the packed windows (12 of 24 on one-BLAS-thread features; 18
     # before, on two threads: packing is sensitive to the features' last bit)
     assert sum(left_over) <= 12, left_over
-    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "batched")
-    per_clip = transcribe_batch(wavs, model=whisper_base, use_cache=False, progress=False)
     assert all(t.error is None and t.text and t.language == "zh" for t in packed), packed
     packed_cer = corpus_character_error_rate(refs, [t.text for t in packed])
     per_clip_cer = corpus_character_error_rate(refs, [t.text for t in per_clip])

@@ -49,7 +49,7 @@ def test_the_checkpoint_is_converted_once_and_appears_complete(tmp_path, monkeyp
     monkeypatch.setitem(offline_llm.OFFLINE_LLMS, "fake", _fake_parts(tmp_path / "site", [b"GGUF", b"!"]))
     conversions = []
 
-    def fake_convert(gguf: Path, out_dir: Path) -> None:
+    def fake_convert(gguf: Path, out_dir: Path, loaded=None) -> None:
         conversions.append(gguf.read_bytes())
         (out_dir / "model.safetensors").write_bytes(b"weights")
         if len(conversions) == 1:

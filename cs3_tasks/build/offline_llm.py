@@ -78,8 +78,12 @@ def offline_llm(name: str = DEFAULT_OFFLINE_LLM) -> Path | None:
     return target
 
 
-def offline_llm_checkpoint(name: str = DEFAULT_OFFLINE_LLM) -> Path | None:
-    """The float32 checkpoint of an offline LLM, converted once from its GGUF; None when not installed."""
+def offline_llm_checkpoint(name: str = DEFAULT_OFFLINE_LLM, loaded: tuple | None = None) -> Path | None:
+    """The float32 checkpoint of an offline LLM, converted once from its GGUF; None when not installed.
+
+    ``loaded``: the (tokenizer, model) ``load_gguf`` already gave for this GGUF, saved as they are instead of
+    reading the GGUF a second time (the model stays usable).
+    """
     gguf = offline_llm(name)
     if gguf is None:
         return None
@@ -88,7 +92,7 @@ def offline_llm_checkpoint(name: str = DEFAULT_OFFLINE_LLM) -> Path | None:
         return target
     staging = Path(tempfile.mkdtemp(dir=gguf.parent, prefix=".float32.", suffix=".tmp"))
     try:
-        convert_gguf(gguf, staging)
+        convert_gguf(gguf, staging, loaded)
         try:
             os.replace(staging, target)
         except OSError:
@@ -110,9 +114,10 @@ def load_gguf(gguf: Path):
     return tokenizer, model
 
 
-def convert_gguf(gguf: Path, out_dir: Path) -> None:
-    """Save a GGUF model and its tokenizer as a float32 transformers checkpoint in ``out_dir``."""
-    tokenizer, model = load_gguf(gguf)
+def convert_gguf(gguf: Path, out_dir: Path, loaded: tuple | None = None) -> None:
+    """Save a GGUF model and its tokenizer (``loaded``, or read now) as a float32 transformers checkpoint in
+    ``out_dir``."""
+    tokenizer, model = loaded or load_gguf(gguf)
     # the weights are dequantized already; the GGUF quantizer only marks the model as not serializable
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
