@@ -52,6 +52,65 @@ def test_task_manager_knows_tasks_and_groups(manager):
     assert "arc_easy" not in manager.all_tasks  # lm-eval's own tasks only with include_defaults=True
 
 
+@pytest.mark.parametrize(
+    ("tasks", "ours"),
+    [
+        ("cs3", True),
+        ("cs3_knowledge,cs3_knowledge_en_text", True),
+        (["cs3_text", "belle_s2s_zh2en"], True),
+        ("cs3,arc_easy", False),
+        (["cs3", "arc_easy"], False),
+        ("cs3*", False),  # a pattern lm-eval matches against every task it knows
+        ("", False),
+        ([{"task": "inline"}], False),
+    ],
+)
+def test_which_runs_name_only_our_tasks(tasks, ours):
+    assert lm_eval_hook.only_our_tasks(tasks) is ours
+
+
+@pytest.mark.parametrize(
+    ("tasks", "indexes_lm_evals_own"), [("cs3_knowledge", False), ("cs3,arc_easy", True)]
+)
+def test_a_run_of_our_tasks_only_does_not_index_lm_evals_own(tasks, indexes_lm_evals_own, monkeypatch):
+    import lm_eval.tasks
+    import lm_eval.tasks.manager
+    from lm_eval.config.evaluate_config import EvaluatorConfig
+
+    indexed = []
+    real_build = lm_eval.tasks.manager.TaskIndex.build
+
+    def build(paths, **kwargs):
+        paths = list(paths)
+        indexed.extend(Path(p).resolve() for p in paths)
+        ours = [p for p in paths if Path(p).resolve() == lm_eval_hook.task_dir().resolve()]
+        return real_build(ours, **kwargs)  # the real index of our folder only: quick either way
+
+    monkeypatch.setattr(lm_eval.tasks.manager.TaskIndex, "build", staticmethod(build))
+    config = EvaluatorConfig(tasks=tasks)
+    if indexes_lm_evals_own:
+        with pytest.raises(ValueError, match="arc_easy"):  # not in the trimmed index this test builds
+            config.process_tasks()
+    else:
+        config.process_tasks()
+        assert config.tasks == ["cs3_knowledge"]
+    lm_evals_own = Path(lm_eval.tasks.__file__).resolve().parent
+    assert (lm_evals_own in indexed) is indexes_lm_evals_own
+    assert lm_eval_hook.task_dir().resolve() in indexed
+
+
+def test_our_groups_refer_only_to_our_tasks():
+    from lm_eval.tasks._index import Kind, TaskIndex
+
+    index = TaskIndex.build([lm_eval_hook.task_dir()])
+    ours = lm_eval_hook.our_task_names()
+    for name, entry in index.items():
+        if entry.kind == Kind.GROUP:
+            members = entry.cfg["task"]
+            names = [m if isinstance(m, str) else m.get("task") for m in members]
+            assert set(names) <= ours, (name, names)
+
+
 def test_include_path_is_added_once():
     ours = lm_eval_hook.task_dir()
     assert lm_eval_hook.with_our_tasks(None) == [ours]

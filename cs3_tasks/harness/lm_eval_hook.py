@@ -7,6 +7,8 @@ Then, right after lm-eval's own modules have run:
 
 * ``lm_eval.tasks.manager``: ``TaskManager`` gets our task folder appended to its ``include_path``, so
   ``lm_eval --tasks cs3_knowledge``, ``lm_eval ls tasks`` and ``TaskManager()`` know the cs3 tasks;
+* ``lm_eval.config.evaluate_config``: a run whose ``--tasks`` are all names of our folder does not index
+  lm-eval's own task files (most of its start-up time; our tasks and groups never refer to them);
 * ``lm_eval.evaluator`` and ``lm_eval.utils``: the results of a run with cs3 tasks carry ``cs3`` (protocol,
   judge, comparable_to_paper, notes), in results_*.json and as a line under the printed table;
 * ``lm_eval.api.registry``: a lookup of one of ``MODEL_MODULES`` (``--model cs3-precomputed``...) imports
@@ -75,6 +77,8 @@ def patch_task_manager(manager_module) -> None:
         bound = inspect.signature(original).bind(self, *args, **kwargs)
         if not disabled():
             bound.arguments["include_path"] = with_our_tasks(bound.arguments.get("include_path"))
+            if _RUN.only_our_tasks and "include_defaults" not in bound.arguments:
+                bound.arguments["include_defaults"] = False
         original(*bound.args, **bound.kwargs)
 
     __init__._cs3_patched = True  # type: ignore[attr-defined]
@@ -102,6 +106,52 @@ def _same_path(a, b) -> bool:
         return Path(a).resolve() == Path(b).resolve()
     except (OSError, TypeError):
         return False
+
+
+class _RunState:
+    """What the run being set up asked for (lm-eval builds its TaskManager inside ``process_tasks``)."""
+
+    only_our_tasks = False
+
+
+_RUN = _RunState()
+
+
+def our_task_names() -> set[str]:
+    """Every task, group and tag name our task folder defines (lm-eval's own indexer on that folder)."""
+    from lm_eval.tasks._index import TaskIndex
+
+    return set(TaskIndex.build([task_dir()]))
+
+
+def only_our_tasks(tasks) -> bool:
+    """Whether ``--tasks`` (a comma-separated string or a list of them) names only tasks of our folder."""
+    if isinstance(tasks, str):
+        tasks = [tasks]
+    if not isinstance(tasks, (list, tuple)) or not all(isinstance(task, str) for task in tasks):
+        return False  # inline configs, or anything lm-eval may add
+    names = [name.strip() for task in tasks for name in task.split(",")]
+    return bool(names) and set(names) <= our_task_names()
+
+
+def patch_evaluate_config(config_module) -> None:
+    """A run of our tasks only builds its TaskManager without indexing lm-eval's own task files."""
+    cls = config_module.EvaluatorConfig
+    original = cls.process_tasks
+    if getattr(original, "_cs3_patched", False):
+        return
+
+    def process_tasks(self, *args, **kwargs):
+        _RUN.only_our_tasks = only_our_tasks(self.tasks)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _RUN.only_our_tasks = False
+
+    process_tasks._cs3_patched = True  # type: ignore[attr-defined]
+    process_tasks.__wrapped__ = original  # type: ignore[attr-defined]
+    process_tasks.__doc__ = original.__doc__
+    cls.process_tasks = process_tasks
 
 
 def patch_model_registry(registry_module) -> None:
@@ -232,6 +282,7 @@ def patch_table(utils_module) -> None:
 
 _POST_IMPORT = {
     "lm_eval.tasks.manager": patch_task_manager,
+    "lm_eval.config.evaluate_config": patch_evaluate_config,
     "lm_eval.api.registry": patch_model_registry,
     "lm_eval.evaluator": patch_evaluator,
     "lm_eval.utils": patch_table,
