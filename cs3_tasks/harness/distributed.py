@@ -14,6 +14,7 @@ across items outside that path (the cs-vs-en comparison) gathers its records wit
 
 from __future__ import annotations
 
+import atexit
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -71,9 +72,19 @@ def process_group() -> ProcessGroup:
             )
     if dist is not None and dist.is_initialized():
         _GROUP = _group(dist.get_rank(), dist.get_world_size())
+        if _GROUP.distributed:
+            atexit.register(_leave_group)
     else:
         _GROUP = ProcessGroup()
     return _GROUP
+
+
+def _leave_group() -> None:
+    # A process that exits with its gloo group still up can die in C++ ("terminate called without an
+    # active exception", SIGABRT) when its peer closes the connection first: leave the group cleanly.
+    dist = _torch_distributed()
+    if dist is not None and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _group(rank: int, world_size: int) -> ProcessGroup:
