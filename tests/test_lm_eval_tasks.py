@@ -99,6 +99,32 @@ def test_a_run_of_our_tasks_only_does_not_index_lm_evals_own(tasks, indexes_lm_e
     assert lm_eval_hook.task_dir().resolve() in indexed
 
 
+def test_a_run_still_works_when_our_names_cannot_be_read(monkeypatch):
+    from lm_eval.config.evaluate_config import EvaluatorConfig
+
+    def moved():
+        raise ImportError("lm_eval.tasks._index moved")
+
+    monkeypatch.setattr(lm_eval_hook, "our_task_names", moved)
+    built = []
+    monkeypatch.setattr(
+        lm_eval_hook, "_RUN", type("R", (), {"only_our_tasks": False})()
+    )  # a fresh state object the wrapper writes to
+    config = EvaluatorConfig(tasks="cs3_knowledge")
+    import lm_eval.tasks.manager
+
+    real_init = lm_eval.tasks.manager.TaskManager.__init__
+
+    def record(self, *args, **kwargs):
+        built.append(lm_eval_hook._RUN.only_our_tasks)
+        kwargs["include_defaults"] = False  # keep this test quick: the decision is what it checks
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(lm_eval.tasks.manager.TaskManager, "__init__", record)
+    config.process_tasks()
+    assert built == [False] and config.tasks == ["cs3_knowledge"]
+
+
 def test_our_groups_refer_only_to_our_tasks():
     from lm_eval.tasks._index import Kind, TaskIndex
 

@@ -142,7 +142,10 @@ def patch_evaluate_config(config_module) -> None:
         return
 
     def process_tasks(self, *args, **kwargs):
-        _RUN.only_our_tasks = only_our_tasks(self.tasks)
+        try:
+            _RUN.only_our_tasks = only_our_tasks(self.tasks)
+        except Exception:  # noqa: BLE001 - e.g. lm-eval moved its indexer: index everything, as lm-eval does
+            _RUN.only_our_tasks = False
         try:
             return original(self, *args, **kwargs)
         finally:
