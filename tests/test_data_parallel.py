@@ -237,7 +237,7 @@ def run_both(tmp_path: Path, model: str, model_args: str, limit: int) -> tuple[d
             "--model",
             model,
             "--model_args",
-            model_args.format(nproc=nproc),
+            model_args,
             "--device",
             "cpu",
             "--tasks",

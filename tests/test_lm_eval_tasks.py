@@ -100,29 +100,25 @@ def test_a_run_of_our_tasks_only_does_not_index_lm_evals_own(tasks, indexes_lm_e
 
 
 def test_a_run_still_works_when_our_names_cannot_be_read(monkeypatch):
+    import lm_eval.tasks.manager
     from lm_eval.config.evaluate_config import EvaluatorConfig
 
     def moved():
         raise ImportError("lm_eval.tasks._index moved")
 
     monkeypatch.setattr(lm_eval_hook, "our_task_names", moved)
-    built = []
-    monkeypatch.setattr(
-        lm_eval_hook, "_RUN", type("R", (), {"only_our_tasks": False})()
-    )  # a fresh state object the wrapper writes to
-    config = EvaluatorConfig(tasks="cs3_knowledge")
-    import lm_eval.tasks.manager
-
-    real_init = lm_eval.tasks.manager.TaskManager.__init__
+    decided = []
+    hooked_init = lm_eval.tasks.manager.TaskManager.__init__
 
     def record(self, *args, **kwargs):
-        built.append(lm_eval_hook._RUN.only_our_tasks)
+        decided.append(lm_eval_hook._RUN.only_our_tasks)
         kwargs["include_defaults"] = False  # keep this test quick: the decision is what it checks
-        real_init(self, *args, **kwargs)
+        hooked_init(self, *args, **kwargs)
 
     monkeypatch.setattr(lm_eval.tasks.manager.TaskManager, "__init__", record)
+    config = EvaluatorConfig(tasks="cs3_knowledge")
     config.process_tasks()
-    assert built == [False] and config.tasks == ["cs3_knowledge"]
+    assert decided == [False] and config.tasks == ["cs3_knowledge"]
 
 
 def test_our_groups_refer_only_to_our_tasks():
