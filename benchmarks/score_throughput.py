@@ -17,12 +17,14 @@ excluded from every timing).
 - ours, warm: the same command again with --restart (records discarded): every transcript and verdict
   comes from asr.sqlite / judge.sqlite;
 - ours, resume: the same command again without --restart: the records file says everything is done;
-- naive: per item, one after the other: transcribe (faster-whisper's WhisperModel.transcribe, no cache),
-  keyword stage, judge the text channel, judge the speech channel (no cache, one request at a time), text
-  metrics;
+- naive: per item, one after the other: transcribe (faster-whisper's WhisperModel.transcribe in this
+  process, as a user's script runs it, no cache), keyword stage, judge the text channel, judge the speech
+  channel (no cache, one request at a time), text metrics;
 - faster-whisper's own BatchedInferencePipeline (ASR only) on the same clips with the same decoding
-  settings: one call per clip, and one call over all clips joined into one stream with clip_timestamps
-  marking each clip (so it batches the clips, 8 at a time, and every segment is attributed to its clip).
+  settings, in this process: one call per clip, and one call over all clips joined into one stream with
+  clip_timestamps marking each clip (so it batches the clips, 8 at a time, and every segment is attributed
+  to its clip); and the one-stream call again in a child process started with the memory-allocator
+  settings our ASR process runs with (cs3_tasks/asr/process.py), so that the two are compared on equal terms.
 """
 
 from __future__ import annotations
@@ -218,10 +220,13 @@ def run_naive(docs: list[dict], outputs: Path, model: str, base_url: str) -> tup
 
     Returns (total seconds, {"asr_s", "judge_s"} time spent in each, per-item rows).
     """
-    from cs3_tasks import asr, judge
+    from cs3_tasks import judge
+    from cs3_tasks.asr.faster_whisper import FasterWhisperRunner
     from cs3_tasks.core import metrics, text
+    from cs3_tasks.core.audio import load_audio
     from cs3_tasks.scoring.outputs import read_outputs
 
+    whisper = FasterWhisperRunner(model, "cpu", "int8")  # loaded before the clock starts
     config = judge.JudgeConfig(
         base_url=base_url, model="fake-judge", api_key_env="", max_concurrency=1, use_cache=False
     )
@@ -232,12 +237,10 @@ def run_naive(docs: list[dict], outputs: Path, model: str, base_url: str) -> tup
     for doc in docs:
         output = found[doc["Qid"]]
         t0 = time.perf_counter()
-        transcript = asr.transcribe_batch(
-            [output.audio], None, model=model, use_cache=False, progress=False, batch_size=1
-        )[0]  # WhisperModel.transcribe on this one clip
+        transcript = whisper.transcribe(load_audio(output.audio), None)[0].strip()  # WhisperModel.transcribe
         spent["asr_s"] += time.perf_counter() - t0
-        row = {"qid": doc["Qid"], "transcript": transcript.text}
-        for ch, response in (("text", output.text), ("speech", transcript.text)):
+        row = {"qid": doc["Qid"], "transcript": transcript}
+        for ch, response in (("text", output.text), ("speech", transcript)):
             hit = metrics.knowledge_keyword_hit(response, doc["Answer_zh"], doc["Answer_en"])
             if not hit:
                 item = judge.KnowledgeItem(
@@ -247,15 +250,15 @@ def run_naive(docs: list[dict], outputs: Path, model: str, base_url: str) -> tup
                 hit = judge.judge_knowledge([item], config)[0].value
                 spent["judge_s"] += time.perf_counter() - t0
             row[f"{ch}_correct"] = hit
-        row["psr"] = metrics.pronunciation_counts(output.text, transcript.text)
-        row["wer"] = metrics.english_wer(output.text, transcript.text)
-        row["mer"] = metrics.mixed_error_rate(output.text, transcript.text)
-        row["lsa"] = (metrics.language_selected(output.text, "zh"), text.dominant_language(transcript.text))
+        row["psr"] = metrics.pronunciation_counts(output.text, transcript)
+        row["wer"] = metrics.english_wer(output.text, transcript)
+        row["mer"] = metrics.mixed_error_rate(output.text, transcript)
+        row["lsa"] = (metrics.language_selected(output.text, "zh"), text.dominant_language(transcript))
         results.append(row)
     return time.perf_counter() - start, spent, results
 
 
-def run_pipeline(docs: list[dict], outputs: Path, model: str) -> dict:
+def run_pipeline(docs: list[dict], outputs: Path, model: str, per_clip: bool = True) -> dict:
     """faster-whisper's BatchedInferencePipeline on the same clips, our decoding settings (beam 5,
     temperature 0,
     no conditioning, no VAD; its own default: no timestamps): one call per clip, and one call over all clips
@@ -285,9 +288,10 @@ def run_pipeline(docs: list[dict], outputs: Path, model: str) -> dict:
     list(pipeline.transcribe(clips[0], **options)[0])  # warm-up, excluded
     start = time.perf_counter()
     per_clip_texts = [
-        "".join(seg.text for seg in pipeline.transcribe(clip, **options)[0]).strip() for clip in clips
+        "".join(seg.text for seg in pipeline.transcribe(clip, **options)[0]).strip()
+        for clip in (clips if per_clip else [])
     ]
-    per_clip = time.perf_counter() - start
+    per_clip_s = time.perf_counter() - start
     gap = np.zeros(SAMPLE_RATE, dtype=np.float32)
     stream = np.concatenate([part for clip in clips for part in (clip, gap)])
     bounds, at = [], 0.0
@@ -300,11 +304,28 @@ def run_pipeline(docs: list[dict], outputs: Path, model: str) -> dict:
         owner = max(i for i, b in enumerate(bounds) if b["start"] <= seg.start + 0.05)
         stream_texts[owner] += seg.text
     return {
-        "per_clip_s": per_clip,
+        "per_clip_s": per_clip_s,
         "stream_s": time.perf_counter() - start,
         "texts": per_clip_texts,
         "stream_texts": [t.strip() for t in stream_texts],
     }
+
+
+def run_pipeline_with_our_allocator(argv: list[str], scratch: Path) -> dict:
+    """The one-stream pipeline call in a child started with the GLIBC_TUNABLES our ASR process gets."""
+    import subprocess
+
+    from cs3_tasks.asr.process import malloc_tunables
+
+    out = scratch / "pipeline-our-allocator.json"
+    env = dict(os.environ, GLIBC_TUNABLES=malloc_tunables(os.environ.get("GLIBC_TUNABLES")))
+    subprocess.run(
+        [sys.executable, __file__, *argv, "--pipeline-stream-json", str(out)],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return json.loads(out.read_text(encoding="utf-8"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -339,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
         help="our short-clip decodings to time, comma-separated (default packed,batched; batched is "
         "always run: the warm and resume runs reuse its results)",
     )
+    # internal: the one-stream pipeline call alone, run in a child with our ASR process's allocator settings
+    parser.add_argument("--pipeline-stream-json", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     modes = [m for m in dict.fromkeys(args.modes.split(",")) if m and m != "batched"] + ["batched"]
     if not args.reference_scripts.exists():
@@ -363,6 +386,10 @@ def main(argv: list[str] | None = None) -> int:
     docs = make_docs(args.n)
     args.workdir.mkdir(parents=True, exist_ok=True)
     outputs = (build_belle_outputs if args.audio == "belle" else build_outputs)(docs, args.workdir)
+    if args.pipeline_stream_json:
+        found = run_pipeline(docs, outputs, model, per_clip=False)
+        args.pipeline_stream_json.write_text(json.dumps(found, ensure_ascii=False), encoding="utf-8")
+        return 0
     dataset = args.workdir / "docs.json"
     dataset.write_text(json.dumps(docs, ensure_ascii=False), encoding="utf-8")
 
@@ -413,6 +440,7 @@ def main(argv: list[str] | None = None) -> int:
             warm_requests = server.request_count
             resume_s, _ = again()
         pipeline = run_pipeline(docs, outputs, model)
+        pipeline["allocator"] = run_pipeline_with_our_allocator(argv or sys.argv[1:], scratch)
         records = {
             mode: {
                 json.loads(line)["qid"]: json.loads(line)
@@ -438,6 +466,9 @@ def main(argv: list[str] | None = None) -> int:
         same_text["pipeline_stream"] = sum(
             t == r["transcript"] for t, r in zip(pipeline["stream_texts"], naive_rows)
         )
+        same_text["pipeline_stream_our_allocator"] = sum(
+            t == r["transcript"] for t, r in zip(pipeline["allocator"]["stream_texts"], naive_rows)
+        )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -453,7 +484,11 @@ def main(argv: list[str] | None = None) -> int:
         "naive_judge_s": naive_parts["judge_s"],
         "ours_cold_s": {mode: t for mode, (t, _) in cold.items()},
         "ours_cold_asr_s": {mode: a for mode, (_, a) in cold.items()},
-        "pipeline_asr_s": {"per_clip": pipeline["per_clip_s"], "one_stream": pipeline["stream_s"]},
+        "pipeline_asr_s": {
+            "per_clip": pipeline["per_clip_s"],
+            "one_stream": pipeline["stream_s"],
+            "one_stream_our_allocator": pipeline["allocator"]["stream_s"],
+        },
         "ours_warm_s": warm_s,
         "ours_resume_s": resume_s,
         "speedup_cold": {mode: naive_s / t for mode, (t, _) in cold.items()},
@@ -487,11 +522,17 @@ def main(argv: list[str] | None = None) -> int:
         f"{pipeline['stream_s']:.1f} s (x{naive_asr / pipeline['stream_s']:.1f}; same transcripts as naive "
         f"on {same_text['pipeline_stream']}/{args.n})"
     )
+    same_allocator = pipeline["allocator"]["stream_s"]
+    print(
+        f"  the pipeline's one-stream call in a child with our ASR process's allocator settings: "
+        f"{same_allocator:.1f} s (x{naive_asr / same_allocator:.1f}; same transcripts as naive on "
+        f"{same_text['pipeline_stream_our_allocator']}/{args.n})"
+    )
     for mode, (_, in_asr) in cold.items():
         print(
-            f"  ours {mode} ASR vs the pipeline: x{pipeline['per_clip_s'] / in_asr:.1f} (its per-clip "
-            "calls), "
-            f"x{pipeline['stream_s'] / in_asr:.1f} (its batched clips)"
+            f"  ours {mode} ASR vs the pipeline: x{pipeline['per_clip_s'] / in_asr:.2f} (its per-clip "
+            f"calls), x{pipeline['stream_s'] / in_asr:.2f} (its batched clips), "
+            f"x{same_allocator / in_asr:.2f} (its batched clips, our allocator settings)"
         )
     print(f"  judge: {cold_requests} requests per cold run, max {max_in_flight} in flight")
     print(

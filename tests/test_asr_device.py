@@ -12,6 +12,7 @@ import pytest
 from cs3_tasks import asr
 from cs3_tasks.asr import device as asr_device_module
 from cs3_tasks.asr import runners as asr_runners
+from cs3_tasks.asr.process import IN_PROCESS_ENV
 
 
 @pytest.fixture
@@ -55,6 +56,7 @@ def test_faster_whisper_gets_device_index_compute_type_and_thread_share(gpus, mo
     fake.WhisperModel = lambda name, **kwargs: made.append((name, kwargs)) or model
     monkeypatch.setitem(sys.modules, "faster_whisper", fake)
     monkeypatch.setattr(asr_runners, "_RUNNERS", {})
+    monkeypatch.setenv(IN_PROCESS_ENV, "1")  # the fake module lives in this process
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     asr_runners.cached_runner("faster-whisper", "m", "cuda:1")

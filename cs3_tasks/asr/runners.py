@@ -10,6 +10,7 @@ from cs3_tasks.asr.config import check_backend, default_backend, default_model
 from cs3_tasks.asr.device import asr_device
 from cs3_tasks.asr.faster_whisper import FasterWhisperRunner
 from cs3_tasks.asr.openai_whisper import OpenAIWhisperRunner
+from cs3_tasks.asr.process import FasterWhisperProcess, runs_in_own_process
 from cs3_tasks.asr.transformers_whisper import TransformersWhisperRunner
 
 
@@ -52,10 +53,12 @@ def cached_runner(backend: str, model_name: str, device: str = "cpu") -> Runner:
     """The runner of ``backend`` for a resolved model name and device, loaded on first use."""
     if backend == "faster-whisper":
         compute_type = "int8" if device == "cpu" else "float16"  # int8 on CPU: ~2x faster than float32
-        key = (backend, model_name, device, compute_type)
+        own_process = runs_in_own_process(device)  # on CPUs: an allocator that keeps freed memory
+        key = (backend, model_name, device, compute_type + (":process" if own_process else ""))
+        runner_type = FasterWhisperProcess if own_process else FasterWhisperRunner
         with _RUNNERS_LOCK:
             if key not in _RUNNERS:
-                _RUNNERS[key] = FasterWhisperRunner(model_name, device, compute_type)
+                _RUNNERS[key] = runner_type(model_name, device, compute_type)
             return _RUNNERS[key]
     key = (backend, model_name, device, "fp32" if device == "cpu" else "fp16")
     runner_class = TransformersWhisperRunner if backend == "transformers" else OpenAIWhisperRunner

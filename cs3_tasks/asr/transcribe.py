@@ -50,6 +50,9 @@ Clips whose window ends in an unfinished segment (faster-whisper decodes the res
 30 s go through WhisperModel.transcribe one by one. Each transcript is cached as soon as its batch returns,
 so a kill loses at most the clips in flight.
 
+On a CPU under glibc, faster-whisper runs in a child process whose allocator keeps the encoder's freed buffers
+(cs3_tasks.asr.process; same transcripts, less time page-faulting).
+
 openai-whisper decodes one clip at a time.
 
 Bounds: a clip shorter than MIN_CLIP_SECONDS is an error ("too short to transcribe"), not a transcript;
