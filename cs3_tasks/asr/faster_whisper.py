@@ -91,17 +91,23 @@ class FasterWhisperRunner:
         whose window ends in an unfinished segment, which faster-whisper would decode again from
         its last timestamp, is handed to the per-clip path.
         """
-        whisper = self.model
         # Features of the clip itself (not of 30 s of audio), zero-padded to the 3000-frame window:
         # the same encoder input per clip as WhisperModel.transcribe.
-        features = [self._features(audio) for audio in audios]
-        encoded = self._encode(features, whisper.feature_extractor.nb_max_frames)
+        encoded = self.encode([self.features(audio) for audio in audios])
+        return self.search(encoded, audios, self.languages(encoded, len(audios), language), language)
+
+    def languages(self, encoded, count: int, language: str | None) -> list[str]:
+        """Each clip's language: ``language`` when given, else the top one of its encoder output."""
         if language is not None:
-            languages = [language] * len(audios)
-        elif not whisper.model.is_multilingual:
-            languages = ["en"] * len(audios)
-        else:  # per clip, the top language, as WhisperModel.detect_language
-            languages = [lang for lang, _ in self._top_languages(encoded)]
+            return [language] * count
+        if not self.model.model.is_multilingual:
+            return ["en"] * count
+        return [lang for lang, _ in self.top_languages(encoded)]  # per clip, as WhisperModel.detect_language
+
+    def search(
+        self, encoded, audios: Sequence, languages: list[str], language: str | None
+    ) -> list[tuple[str, str | None]]:
+        """The beam search of transcribe_many over encoded clips, and its per-clip rules on the result."""
         tokenizers = {lang: self._tokenizer(lang) for lang in set(languages)}
         some = next(iter(tokenizers.values()))
         prompts = [tokenizers[lang].sot_sequence for lang in languages]  # sot, language, transcribe
@@ -164,7 +170,7 @@ class FasterWhisperRunner:
                 encoded = self._encode_packed(audios, chunk)
                 keep = list(range(len(chunk)))
                 if language is None:  # the whole window must agree: a clip's own detection can be wrong
-                    whole = self._top_languages(ctranslate2.StorageView.from_array(encoded))
+                    whole = self.top_languages(ctranslate2.StorageView.from_array(encoded))
                     keep = [w for w in keep if whole[w][0] == languages[chunk[w][0].index]]
                 if keep:
                     subset = np.ascontiguousarray(encoded[keep])
@@ -189,10 +195,10 @@ class FasterWhisperRunner:
         languages = [("", 0.0)] * len(audios)
         for b in range(0, len(order), DEFAULT_BATCH_SIZE):
             batch = order[b : b + DEFAULT_BATCH_SIZE]
-            features = [self._features(np.concatenate([audios[i], silence])) for i in batch]
+            features = [self.features(np.concatenate([audios[i], silence])) for i in batch]
             frames = min(self.model.feature_extractor.nb_max_frames, max(f.shape[1] for f in features))
             frames += frames % 2  # the encoder halves the frame count
-            for i, top in zip(batch, self._top_languages(self._encode(features, frames))):
+            for i, top in zip(batch, self.top_languages(self.encode(features, frames))):
                 languages[i] = top
         return languages
 
@@ -207,8 +213,8 @@ class FasterWhisperRunner:
             for clip in window:
                 at = round(clip.start * SAMPLE_RATE)
                 samples[at : at + len(audios[clip.index])] = audios[clip.index]
-            features.append(self._features(samples))
-        encoded = self._encode(features, self.model.feature_extractor.nb_max_frames)
+            features.append(self.features(samples))
+        encoded = self.encode(features, self.model.feature_extractor.nb_max_frames)
         return np.asarray(encoded.to_device(ctranslate2.Device.cpu) if encoded.device != "cpu" else encoded)
 
     def _decode_packed(
@@ -241,20 +247,22 @@ class FasterWhisperRunner:
                 results[index] = (tokenizer.decode(assigned[:cap]), languages[index])
         return unresolved
 
-    def _features(self, samples):
+    def features(self, samples):
         """Log-mel features of ``samples`` as WhisperModel.transcribe computes them (last frame dropped)."""
         return self.model.feature_extractor(samples)[:, :-1]
 
-    def _encode(self, features: list, frames: int):
-        """One encoder call over ``features``, each zero-padded or cut to ``frames``."""
+    def encode(self, features: list, frames: int | None = None):
+        """One encoder call over ``features``, each zero-padded or cut to ``frames`` (default: one window)."""
         import ctranslate2
         import numpy as np
         from faster_whisper.audio import pad_or_trim
 
+        frames = frames or self.model.feature_extractor.nb_max_frames
+
         batch = np.ascontiguousarray(np.stack([pad_or_trim(f, frames) for f in features]), dtype=np.float32)
         return self.model.model.encode(ctranslate2.StorageView.from_array(batch))
 
-    def _top_languages(self, encoded) -> list[tuple[str, float]]:
+    def top_languages(self, encoded) -> list[tuple[str, float]]:
         """The most probable language and its probability per encoded item ("<|zh|>" -> "zh")."""
         return [(ranked[0][0][2:-2], ranked[0][1]) for ranked in self.model.model.detect_language(encoded)]
 

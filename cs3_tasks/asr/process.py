@@ -2,8 +2,8 @@
 
 CTranslate2's encoder allocates buffers of hundreds of MB per 30 s window (attention over 1500 frames)
 and frees them at once. glibc serves any block over 32 MB with a fresh mmap and returns it on free, so
-every window page-faults its buffers in again and the kernel zeroes each page: on 2 cores about 40% of
-the encoder's time (benchmarks/README.md). glibc stops doing so when told at start-up (GLIBC_TUNABLES:
+every window page-faults its buffers in again and the kernel zeroes each page: on 2 cores about a third
+of the encoder's time (benchmarks/README.md). glibc stops doing so when told at start-up (GLIBC_TUNABLES:
 no mmap, no trimming, one arena, so that CTranslate2's worker threads allocate from the heap that keeps
 its free blocks). Those settings are read once, when a process starts, and would change the whole of a
 user's process, so the model runs in a child started with them. Transcripts are the same either way:
@@ -20,10 +20,12 @@ from __future__ import annotations
 import os
 import pickle
 import platform
+import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 IN_PROCESS_ENV = "CS3_ASR_IN_PROCESS"
@@ -86,8 +88,11 @@ class FasterWhisperProcess:
     def _start(self) -> None:
         env = dict(os.environ, GLIBC_TUNABLES=malloc_tunables(os.environ.get("GLIBC_TUNABLES")))
         env[IN_PROCESS_ENV] = "1"  # the child holds the model itself
+        # the child imports this package from where the caller did (a checkout on sys.path, say)
+        here = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
         self._child = subprocess.Popen(
-            [sys.executable, "-m", "cs3_tasks.asr.process"],
+            [sys.executable, "-c", "from cs3_tasks.asr.process import main; main()"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
@@ -129,6 +134,10 @@ class FasterWhisperProcess:
                 f"the ASR process ended during {method} (exit code {code}; {type(exc).__name__}); "
                 "the next call starts a new one"
             ) from None
+        except BaseException:  # e.g. Ctrl-C while waiting: a reply may still come, so this child is done
+            child.kill()
+            self._stop()
+            raise
         if status == "error":
             raise value
         return value
@@ -152,8 +161,11 @@ def _serve(requests, replies) -> None:
                 reply = ("ok", getattr(runner, method)(*args))
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the caller, named
             reply = ("error", _portable(exc))
-        pickle.dump(reply, replies, protocol=pickle.HIGHEST_PROTOCOL)
-        replies.flush()
+        try:
+            pickle.dump(reply, replies, protocol=pickle.HIGHEST_PROTOCOL)
+            replies.flush()
+        except BrokenPipeError:  # the caller is gone
+            return
 
 
 def _portable(exc: Exception) -> Exception:
@@ -166,11 +178,10 @@ def _portable(exc: Exception) -> Exception:
 
 
 def main() -> None:
+    # Ctrl-C reaches the whole terminal's process group: the caller handles it and this child then sees
+    # the end of its input.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Replies go to a private copy of stdout; what libraries print goes to stderr instead.
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     _serve(sys.stdin.buffer, replies)
-
-
-if __name__ == "__main__":
-    main()
