@@ -214,7 +214,7 @@ class FasterWhisperRunner:
                 at = round(clip.start * SAMPLE_RATE)
                 samples[at : at + len(audios[clip.index])] = audios[clip.index]
             features.append(self.features(samples))
-        encoded = self.encode(features, self.model.feature_extractor.nb_max_frames)
+        encoded = self.encode(features)
         return np.asarray(encoded.to_device(ctranslate2.Device.cpu) if encoded.device != "cpu" else encoded)
 
     def _decode_packed(
@@ -258,7 +258,6 @@ class FasterWhisperRunner:
         from faster_whisper.audio import pad_or_trim
 
         frames = frames or self.model.feature_extractor.nb_max_frames
-
         batch = np.ascontiguousarray(np.stack([pad_or_trim(f, frames) for f in features]), dtype=np.float32)
         return self.model.model.encode(ctranslate2.StorageView.from_array(batch))
 
