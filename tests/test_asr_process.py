@@ -56,6 +56,12 @@ def test_a_model_that_cannot_be_loaded_is_named_in_the_callers_error(tmp_path):
         FasterWhisperProcess(str(missing), "cpu", "int8")
 
 
+def test_a_child_that_cannot_start_is_a_model_error(monkeypatch):
+    monkeypatch.setattr(sys, "executable", "/bin/false")  # exits at once, before any reply
+    with pytest.raises(asr.AsrModelError, match="cannot start the faster-whisper process.*exit code 1"):
+        FasterWhisperProcess("any-model", "cpu", "int8")
+
+
 @pytest.fixture(scope="module")
 def clips():
     if not (BELLE / "test.tsv").is_file():

@@ -28,6 +28,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cs3_tasks.asr.config import AsrModelError
+
 IN_PROCESS_ENV = "CS3_ASR_IN_PROCESS"
 # glibc's names for: never mmap a block, never give the heap's top back, one arena for every thread.
 MALLOC_TUNABLES = {
@@ -102,6 +104,9 @@ class FasterWhisperProcess:
         )
         try:
             self._exchange("load", self._load_args)
+        except AsrProcessError as exc:  # the child could not even start: no model, as for a failed load
+            self._stop()
+            raise AsrModelError(f"cannot start the faster-whisper process: {exc}") from None
         except BaseException:
             self._stop()
             raise
