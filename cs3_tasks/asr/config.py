@@ -44,10 +44,9 @@ class DecodingOptions:
     short_clip_decoding: str = "batched"
     # Only this much of a clip is transcribed (the rest is cut); Transcript.note says so.
     max_audio_seconds: float = 180.0
-    # BLAS threads of the log-mel projection (faster-whisper). numpy's matrix product sums in an order that
-    # follows OpenBLAS's thread count, which a data-parallel launcher sets per process (OMP_NUM_THREADS=1):
-    # the features' last bit, and a borderline transcript with it, would follow the process count.
-    feature_blas_threads: int = 1
+    # The log-mel features (faster-whisper) are computed in float64 and rounded to float32 once: numpy's
+    # float32 path follows the CPU's kernels and the BLAS thread count (cs3_tasks.asr.numerics).
+    feature_arithmetic: str = "float64"
 
 
 DECODING = DecodingOptions()

@@ -8,12 +8,11 @@ cs3_tasks.asr.transcribe for the modes.
 from __future__ import annotations
 
 import itertools
-import threading
 from collections.abc import Sequence
-from typing import Any
 
 from cs3_tasks.asr.config import DECODING, MAX_WINDOW_TOKENS, AsrModelError, max_new_tokens
 from cs3_tasks.asr.device import DEFAULT_BATCH_SIZE, cpu_threads
+from cs3_tasks.asr.numerics import PortableFeatures
 from cs3_tasks.asr.packing import (
     PACK_GAP_SECONDS,
     PACK_MIN_LANGUAGE_PROBABILITY,
@@ -24,26 +23,6 @@ from cs3_tasks.asr.packing import (
     split_window,
 )
 from cs3_tasks.core.audio import SAMPLE_RATE
-
-_BLAS_LIMIT_LOCK = threading.Lock()
-
-
-class _FixedThreadFeatures:
-    """A feature extractor computed with ``DECODING.feature_blas_threads`` BLAS threads, whatever the
-    process's thread settings; other attributes are the wrapped extractor's."""
-
-    def __init__(self, extractor: Any):
-        self._extractor = extractor
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._extractor, name)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from threadpoolctl import threadpool_limits
-
-        # the limit is process-wide: one holder at a time, so that concurrent callers cannot undo it
-        with _BLAS_LIMIT_LOCK, threadpool_limits(limits=DECODING.feature_blas_threads, user_api="blas"):
-            return self._extractor(*args, **kwargs)
 
 
 class FasterWhisperRunner:
@@ -62,7 +41,7 @@ class FasterWhisperRunner:
                 cpu_threads=cpu_threads(),
             )
             # WhisperModel.transcribe and our batched paths both compute features through this attribute
-            self.model.feature_extractor = _FixedThreadFeatures(self.model.feature_extractor)
+            self.model.feature_extractor = PortableFeatures(self.model.feature_extractor)
         except Exception as exc:  # re-raised with the cause and a remedy
             raise AsrModelError(
                 f"cannot load faster-whisper model {model_name!r} ({type(exc).__name__}: {exc}). "

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from cs3_tasks.asr.config import AsrModelError
+from cs3_tasks.asr.numerics import engine_environment
 
 IN_PROCESS_ENV = "CS3_ASR_IN_PROCESS"
 # glibc's names for: never mmap a block, never give the heap's top back, one arena for every thread.
@@ -92,6 +93,7 @@ class FasterWhisperProcess:
 
     def _start(self) -> None:
         env = allocator_environment()
+        env.update(engine_environment())  # the engine's code paths of every AVX2 machine (asr.numerics)
         env[IN_PROCESS_ENV] = "1"  # the child holds the model itself
         # the child imports this package from where the caller did (a checkout on sys.path, say)
         here = str(Path(__file__).resolve().parents[2])
