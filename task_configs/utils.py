@@ -86,15 +86,18 @@ def check_run_settings(settings: Mapping[str, Any]) -> None:
 
 
 def run_note(scoring) -> dict:
-    """What every result of the run says about how it was scored: the protocol, the judge and whether the
-    numbers are comparable to the paper (with the reasons), as ``cs3-bench score``'s summaries say it."""
+    """What every result of the run says about how it was scored: the protocol, the ASR's fingerprint
+    (engine, versions, model identity), the judge and whether the numbers are comparable to the paper (with
+    the reasons), as ``cs3-bench score``'s settings and summaries say it."""
     from cs3_tasks.scoring.summary import add_comparability
 
     settings = scoring.record_settings("knowledge")
     described = add_comparability({}, settings)
     return {
         "protocol": scoring.protocol,
+        "asr": settings.get("asr"),
         "judge": settings.get("judge"),
+        "machine": settings.get("machine"),
         "comparable_to_paper": described.get("comparable_to_paper"),
         "notes": described.get("notes") or [],
     }

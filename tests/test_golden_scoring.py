@@ -1,5 +1,5 @@
 """Golden: ``cs3-bench score --outputs-root`` on the demo responses, under both protocols, gives the files it
-gave before the package was regrouped (tests/golden/demo_scoring.json), timestamps and paths aside.
+gave before (tests/golden/demo_scoring.json), timestamps, paths and the machine's own description aside.
 
 The ASR is a stand-in that hears each clip as a function of its bytes (the demo text of the clip with the
 English words dropped from every third clip); the judge is a loopback server whose reply is a function of the
@@ -29,6 +29,8 @@ DEMO = Path(cli.__file__).resolve().parents[1] / "demo" / "responses"
 # values that name where or when a run happened, not what it computed
 LOOPBACK = re.compile(r"http://127\.0\.0\.1:\d+")
 VOLATILE_KEYS = {"created", "started", "finished", "timestamp", "elapsed_seconds", "seconds", "time"}
+# what a run was computed on (the CPU, installed versions): recorded, not what the scoring computed
+MACHINE_KEYS = {"machine", "engine"}
 
 
 def _digest(text: str) -> int:
@@ -50,7 +52,14 @@ def judge_reply(request) -> Reply | str:
 
 def _normalised(value, roots: dict[str, str]):
     if isinstance(value, dict):
-        return {k: ("<volatile>" if k in VOLATILE_KEYS else _normalised(v, roots)) for k, v in value.items()}
+        return {
+            k: "<volatile>"
+            if k in VOLATILE_KEYS
+            else "<machine>"
+            if k in MACHINE_KEYS
+            else _normalised(v, roots)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [_normalised(v, roots) for v in value]
     if isinstance(value, str):

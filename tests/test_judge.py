@@ -275,7 +275,7 @@ def test_timeout_gives_judge_error_quickly(tmp_path, judge_server):
 def test_500s_then_success_is_retried(tmp_path, judge_server):
     server = judge_server(fail_first(2, "错误 不一致"))
     [verdict] = judge_knowledge(KNOWLEDGE[:1], loopback_config(server, tmp_path, max_retries=3))
-    assert verdict == Verdict(value=False, raw="错误 不一致", error=None)
+    assert verdict == Verdict(value=False, raw="错误 不一致", error=None, model="fake-judge")
     assert server.request_count == 3
 
 
@@ -380,7 +380,7 @@ def test_failed_requests_are_not_cached_even_for_lenient_parsers(tmp_path, judge
     assert ask_batch(["hello"], str, config)[0].error.startswith("judge_error: HTTP 500")
     server.mode = None
     server.handler = lambda request: "fine"
-    assert ask_batch(["hello"], str, config)[0] == Verdict(value="fine", raw="fine")
+    assert ask_batch(["hello"], str, config)[0] == Verdict(value="fine", raw="fine", model="fake-judge")
     assert server.request_count == 2
 
 

@@ -263,7 +263,7 @@ def test_use_given_transcripts_replaces_the_asr(tmp_path, asr):
     assert [records[q]["transcript"] for q in sorted(records)] == ["答案0", "答案1", "答案2", "答案3"]
     assert all(r["speech_status"] == "keyword" for r in records.values())
     settings = json.loads((out / "knowledge.settings.json").read_text())
-    assert "given transcripts" in settings["asr_model"] and settings["asr_is_reference"] is False
+    assert "given transcripts" in settings["asr"]["source"] and settings["asr_is_reference"] is False
 
 
 def test_lm_eval_metadata_protocol(monkeypatch, tmp_path):

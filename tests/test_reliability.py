@@ -410,7 +410,10 @@ def test_a_second_model_into_the_same_out_is_refused_unless_restart(tmp_path, fa
     out = tmp_path / "result"
     assert score_cli.run(_args(outputs, out, dataset)) == 0
     settings = json.loads((out / "knowledge.settings.json").read_text(encoding="utf-8"))
-    assert settings["model"] == "model-a" and settings["outputs"] == str(outputs.resolve())
+    assert settings["model"] == "model-a" and "outputs" not in settings
+    # results name no folder of this machine; the outputs folder is kept beside them, for this machine only
+    assert str(tmp_path) not in (out / "knowledge.settings.json").read_text(encoding="utf-8")
+    assert scoring_store.local_outputs(out) == outputs.resolve()
     assert score_cli.run(_args(other, out, dataset)) == 2
     assert "holds results of another system" in capsys.readouterr().err
     en = tmp_path / "en.json"

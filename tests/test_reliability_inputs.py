@@ -317,7 +317,7 @@ def test_a_settings_mismatch_names_the_key_that_differs(tmp_path, asr, capsys):
     args.asr_model = "another-asr"
     assert score_cli.run(args) == 2
     err = capsys.readouterr().err
-    _one_error_line(err, "asr_model: 'fake-asr' -> 'another-asr'", "--restart")
+    _one_error_line(err, "asr.model.name: 'fake-asr' -> 'another-asr'", "--restart")
     assert "'protocol':" not in err  # the keys that agree are not printed
 
 

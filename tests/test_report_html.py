@@ -106,12 +106,20 @@ def test_psr_words_follow_the_count_aware_overlap():
     assert items.psr_words("", "anything") == []
 
 
-def test_audio_suffix_and_relative_url(tmp_path):
+def test_audio_suffix_and_response_audio_placed_in_the_report(tmp_path):
     assert items.audio_suffix(b"fLaC....", None) == ".flac"
     assert items.audio_suffix(b"RIFF....", "x.flac") == ".wav"
     assert items.audio_suffix(b"\x00\x01", "clip.mp3") == ".mp3"
-    clip = tmp_path / "a" / "b c.wav"
-    clip.parent.mkdir()
+    outputs, report = tmp_path / "outputs", tmp_path / "report"
+    clip = outputs / "a" / "b c#?.WAV"
+    clip.parent.mkdir(parents=True)
     clip.write_bytes(b"RIFF")
-    assert items.relative_url(str(clip), tmp_path / "report") == "../a/b c.wav"
-    assert items.relative_url(str(tmp_path / "none.wav"), tmp_path) is None
+    record = {"qid": "q/1:x", "audio": "a/b c#?.WAV"}  # as records name it: relative to the outputs
+    url = items.place_response_audio(record, outputs, report, "my model", "knowledge")
+    # inside the report, in safe characters: no folder of this machine, playable from any copy of it
+    assert url == "audio/responses/my_model/knowledge/q_1_x.wav"
+    assert (report / url).read_bytes() == b"RIFF"
+    assert items.place_response_audio(record, outputs, report, "my model", "knowledge") == url  # again: same
+    assert items.place_response_audio(record, tmp_path / "elsewhere", report, "m", "knowledge") is None
+    row = items.item_row(record, None)
+    assert row["audio_label"] == "a/b c#?.WAV" and "audio_url" not in row

@@ -173,7 +173,8 @@ def test_a_bad_model_does_not_stop_the_others(tmp_path, asr, capsys):
     assert (out / "accuracy.png").read_bytes().startswith(b"\x89PNG")
     # each result dir is what `cs3-bench score --outputs ROOT/<model> --model-name <model>` writes
     summary = json.loads((out / "beta" / "knowledge.summary.json").read_text(encoding="utf-8"))
-    assert summary["model"] == "beta" and summary["settings"]["outputs"] == str((root / "beta").resolve())
+    assert summary["model"] == "beta" and "outputs" not in summary["settings"]
+    assert scoring_store.local_outputs(out / "beta") == (root / "beta").resolve()
     assert summary["cs_vs_en"]["text"]["acc_en"] == 0.5
 
     # the fixed file is picked up on the re-run; the finished models cost no ASR
@@ -184,7 +185,7 @@ def test_a_bad_model_does_not_stop_the_others(tmp_path, asr, capsys):
     assert score_cli.run(_args(tmp_path, "--no-judge")) == 0
     assert asr.calls == []  # gamma is text-only; alpha and beta are done
     assert _models(out)["models"]["gamma"] == {
-        "outputs": str((root / "gamma").resolve()),
+        "outputs": "gamma",  # names, never a folder of this machine
         "result_dir": "gamma",
         "status": "scored",
         "exit_code": 0,

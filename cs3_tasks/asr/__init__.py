@@ -6,6 +6,8 @@ cs3_tasks.asr.transcribe documents the decoding modes). The modules, one job eac
 - ``config``: backends, models, DecodingOptions, AsrConfig, Transcript, AsrModelError (no model loaded)
 - ``arguments``: the shared ``--asr-*`` command-line options
 - ``offline``: the offline Whisper-base of the `offline` extra, joined once
+- ``numerics``: arithmetic that gives the same transcripts on every AVX2 machine
+- ``fingerprint``: what a transcript depends on, by identity (results and cache keys)
 - ``device``: device, threads and batch size
 - ``packing``: short clips packed into one 30 s window and split back (pure)
 - ``transcribe``: the batch API, its cache and grouping
@@ -47,6 +49,8 @@ from cs3_tasks.asr.device import (
     batch_size_for,
     cpu_threads,
 )
+from cs3_tasks.asr.fingerprint import asr_fingerprint, describe_fingerprint, fingerprint_key, machine
+from cs3_tasks.asr.numerics import NUMERICS_ENV
 from cs3_tasks.asr.offline import OFFLINE_MODEL_DIR, offline_whisper_base
 from cs3_tasks.asr.packing import (
     PACK_GAP_SECONDS,
@@ -72,6 +76,7 @@ __all__ = [
     "MEMORY_CHUNK",
     "MIN_CLIP_SECONDS",
     "MODEL_ENV",
+    "NUMERICS_ENV",
     "OFFLINE_MODEL_DIR",
     "PACK_GAP_SECONDS",
     "PACK_MAX_CLIPS",
@@ -91,6 +96,7 @@ __all__ = [
     "Runner",
     "Transcript",
     "add_asr_arguments",
+    "asr_fingerprint",
     "asr_config_from_args",
     "asr_device",
     "batch_size_for",
@@ -99,7 +105,10 @@ __all__ = [
     "decoding_options",
     "default_backend",
     "default_model",
+    "describe_fingerprint",
+    "fingerprint_key",
     "load_runner",
+    "machine",
     "max_new_tokens",
     "offline_whisper_base",
     "pack_windows",

@@ -29,13 +29,11 @@ def offline_whisper_base(join: bool = True) -> Path | None:
     None when the extra is not installed. ``join=False``: the directory only, joined or not (a run that
     transcribes nothing never copies the 145 MB model).
     """
-    sources = [_package_data_dir(name) for name in _OFFLINE_PARTS]
-    if any(source is None for source in sources):
+    parts = offline_weight_parts()
+    if not parts:
         return None
-    part1_dir, part2_dir = sources
-    parts = [part1_dir / "model.bin.part1", part2_dir / "model.bin.part2"]
-    aux = [part1_dir / name for name in _OFFLINE_AUX_FILES]
-    if not all(path.is_file() for path in parts + aux):
+    aux = [parts[0].parent / name for name in _OFFLINE_AUX_FILES]
+    if not all(path.is_file() for path in aux):
         return None
     expected_size = sum(part.stat().st_size for part in parts)
     target = cache_dir() / "models" / OFFLINE_MODEL_DIR
@@ -51,6 +49,15 @@ def offline_whisper_base(join: bool = True) -> Path | None:
         _join_into(parts, aux, target)
     log.info("joined the offline Whisper-base into %s", target)
     return target
+
+
+def offline_weight_parts() -> list[Path]:
+    """The files whose concatenation is the offline model's model.bin (empty without the extra)."""
+    sources = [_package_data_dir(name) for name in _OFFLINE_PARTS]
+    if any(source is None for source in sources):
+        return []
+    parts = [sources[0] / "model.bin.part1", sources[1] / "model.bin.part2"]
+    return parts if all(part.is_file() for part in parts) else []
 
 
 def _join_into(parts: list[Path], aux: list[Path], target: Path) -> None:

@@ -67,14 +67,14 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 from cs3_tasks.asr.config import (
     DECODING,
     MIN_CLIP_SECONDS,
     WHISPER_WINDOW_SECONDS,
+    AsrConfig,
     Transcript,
     check_backend,
     decoding_options,
@@ -83,6 +83,7 @@ from cs3_tasks.asr.config import (
     max_new_tokens,
 )
 from cs3_tasks.asr.device import asr_device, batch_size_for
+from cs3_tasks.asr.fingerprint import asr_fingerprint, fingerprint_key
 from cs3_tasks.asr.offline import join_if_offline
 from cs3_tasks.asr.runners import BatchRunner, PackingRunner, Runner, cached_runner
 from cs3_tasks.core.audio import (
@@ -142,21 +143,13 @@ def transcribe_batch(
     keys: list[str | None] = [None] * len(audios)
     try:
         if cache is not None:
-            model_id = _model_identity(backend, model_name)
+            # the engine, its versions, the model's weights, precision, device kind, arithmetic, decoding
+            engine = fingerprint_key(asr_fingerprint(AsrConfig(backend, model_name, short_clips, device)))
             for group in groups:
                 # packed: a transcript depends on its packing group, so the group is part of its key
                 group_key = stable_key(sorted({hashes[i] for i in group})) if packed else None
                 for i in group:
-                    keys[i] = stable_key(
-                        "asr",
-                        hashes[i],
-                        backend,
-                        model_id,
-                        language,
-                        asdict(options),
-                        *([group_key] if packed else []),
-                        *(["float16"] if device != "cpu" else []),  # CPU keys as before GPU support
-                    )
+                    keys[i] = stable_key("asr", hashes[i], engine, language, *([group_key] if packed else []))
                     hit = cache.get(keys[i])
                     if hit is not None:
                         results[i] = Transcript(
@@ -346,22 +339,3 @@ def _progress_bar(todo: int, enabled: bool, total: int):
     from tqdm.auto import tqdm
 
     return tqdm(total=todo, desc=f"ASR ({total - todo} cached)", unit="clip")
-
-
-def _model_identity(backend: str, model_name: str) -> str:
-    """What the cache key records about the model: its name, or for a local path its content.
-
-    A local directory/file is identified by its name, size and a hash of its config, so moving the
-    cache dir or re-joining the offline model keeps the cache valid, while a different model is a
-    different key.
-    """
-    path = Path(model_name).expanduser()
-    if not path.exists():
-        return f"{backend}:{model_name}"
-    if path.is_dir():
-        weights = next((path / n for n in ("model.bin", "model.safetensors") if (path / n).is_file()), None)
-        size = weights.stat().st_size if weights is not None else 0
-        config = path / "config.json"
-        config_hash = stable_key(config.read_text(encoding="utf-8")) if config.is_file() else ""
-        return f"{backend}:dir:{path.name}:{size}:{config_hash[:16]}"
-    return f"{backend}:file:{path.name}:{path.stat().st_size}"

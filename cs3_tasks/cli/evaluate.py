@@ -80,22 +80,42 @@ def records_from_samples(samples: Mapping[str, Sequence[Mapping]]) -> dict[tuple
 
 
 def write_scored_dir(
-    records: Mapping[str, Sequence[dict]], out: Path, model: str, metadata: Mapping[str, Any] | None = None
+    records: Mapping[str, Sequence[dict]],
+    out: Path,
+    model: str,
+    metadata: Mapping[str, Any] | None = None,
+    outputs: Path | None = None,
 ) -> dict[str, dict]:
     """Write ``<set>.records.jsonl`` / ``.summary.json`` / ``.summary.md`` (the ``cs3-bench score``
     layout, so ``cs3-bench report`` reads it) and return the summaries, with the cs-vs-en comparison.
-    ``metadata``: the lm-eval run's, for the settings and the comparability with the paper."""
+    ``metadata``: the lm-eval run's, for the settings and the comparability with the paper. ``outputs``: the
+    folder the responses came from (records name their audio relative to it, as ``cs3-bench score`` does)."""
+    from cs3_tasks.core.data import load_docs
+    from cs3_tasks.scoring.outputs import audio_label
+    from cs3_tasks.scoring.store import dataset_identity, write_local_outputs
     from cs3_tasks.scoring.summary import add_comparability, attach_cs_vs_en, summarize, write_summary
     from cs3_tasks.task_configs.utils import scoring_settings
 
     out.mkdir(parents=True, exist_ok=True)
+    if outputs is not None:
+        records = {
+            s: [{**r, "audio": audio_label(r.get("audio"), outputs)} for r in rs] for s, rs in records.items()
+        }
+        write_local_outputs(out, outputs)
     summaries = {}
     for set_name, set_records in records.items():
         summary = summarize(set_name, list(set_records))
         summary["model"] = model
-        if metadata is not None:
-            summary["settings"] = scoring_settings(metadata, set_name)
-            add_comparability(summary, summary["settings"])
+        if (
+            metadata is not None
+        ):  # what `cs3-bench score` records: the run's settings, the system, the dataset
+            settings = {**scoring_settings(metadata, set_name), "model": model}
+            settings["dataset_sha256"] = dataset_identity(load_docs(set_name, metadata.get("dataset")))
+            atomic_write(
+                out / f"{set_name}.settings.json", json.dumps(settings, indent=2, ensure_ascii=False) + "\n"
+            )
+            summary["settings"] = settings
+            add_comparability(summary, settings)
         summaries[set_name] = summary
         lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in set_records)
         atomic_write(out / f"{set_name}.records.jsonl", lines)
@@ -280,7 +300,7 @@ def evaluate_outputs(
         encoding="utf-8",
     )
     records = {s: r for (s, variant), r in records_from_samples(samples).items() if variant == "audio"}
-    return write_scored_dir(records, out, model, metadata)
+    return write_scored_dir(records, out, model, metadata, outputs=Path(outputs))
 
 
 # ---------------------------------------------------------------------------------------------------------

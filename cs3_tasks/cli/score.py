@@ -29,6 +29,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "model. Exit code: 0 every model scored, 1 some failed or are incomplete, 3 most did, 2 bad input "
         "(no model folder, OUT busy)",
     )
+    inputs.add_argument(
+        "--from-results",
+        type=Path,
+        metavar="RESULTS",
+        help="a result dir (or a folder of them with a leaderboard, as --outputs-root writes) scored again "
+        "from its own records: transcripts and judge verdicts as recorded, no ASR, no judge, no key; "
+        "summaries, leaderboard and report equal the originals'. Its settings are the run's own; --dataset "
+        "must be the dataset it was scored against",
+    )
     parser.add_argument(
         "--set",
         choices=(*SETS, "all"),
@@ -89,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
 
     from cs3_tasks.cli import score_many as many
 
+    if args.from_results is not None:
+        return run_from_results(args.from_results, args.out, args.dataset)
     if args.outputs_root is not None and args.model_name:
         print(
             "error: --model-name names one model: with --outputs-root each model is named by its folder",
@@ -123,3 +134,43 @@ def run(args: argparse.Namespace) -> int:
     if outcome.message:
         print(f"error: {outcome.message}", file=sys.stderr)
     return outcome.exit_code
+
+
+def run_from_results(source: Path, out: Path, dataset: str | None) -> int:
+    """``cs3-bench score --from-results``: every result dir in ``source`` (itself, or its model folders)
+    re-scored from its records into ``out`` (one folder per model for a folder of them), then the
+    leaderboard and the HTML report as ``--outputs-root`` writes them."""
+    from cs3_tasks.cli.score_many import REPORT_FOLDER
+    from cs3_tasks.report import leaderboard as report
+    from cs3_tasks.report.html import write_report_quietly
+    from cs3_tasks.scoring.rescore import rescore_dir, scored_sets
+
+    source, out = Path(source), Path(out)
+    if not source.is_dir():
+        print(f"error: --from-results {source} is not a folder", file=sys.stderr)
+        return 2
+    if scored_sets(source):
+        dirs = {None: source}
+    else:
+        dirs = {d.name: d for d in sorted(source.iterdir()) if d.is_dir() and scored_sets(d)}
+    if not dirs:
+        print(f"error: {source} holds no result dir (<set>.records.jsonl files)", file=sys.stderr)
+        return 2
+    summaries: dict[str, dict] = {}
+    try:
+        for name, result_dir in dirs.items():
+            target = out if name is None else out / name
+            found = rescore_dir(result_dir, target, dataset)
+            model = next(iter(found.values())).get("model") or name or result_dir.name
+            summaries[model] = found
+            print(f"re-scored {result_dir.name}: {', '.join(found)} -> {target}", file=sys.stderr)
+    except ScoringError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except OSError as exc:
+        print(f"error: {file_system_error(exc)}", file=sys.stderr)
+        return 2
+    if None not in dirs:  # a folder of models: its leaderboard and report too
+        print(report.write_leaderboard(out, summaries))
+        write_report_quietly(out / REPORT_FOLDER, [out / name for name in dirs], dataset)
+    return 0

@@ -41,7 +41,8 @@ CRASHED = 1
 
 @dataclass
 class ModelStatus:
-    """One model's line in models.json."""
+    """One model's line in models.json (its outputs folder under the outputs root, its result dir under OUT:
+    names, so that the file is the same on any machine)."""
 
     outputs: str
     result_dir: str
@@ -161,7 +162,7 @@ def write_models_file(
     from cs3_tasks.core.cache import atomic_write
 
     content = {
-        "outputs_root": str(Path(root).resolve()),
+        "outputs_root": Path(root).resolve().name,  # names, never a folder of this machine
         "set": set_name,
         "exit_code": exit_code,  # None while the run goes on
         "models": {name: asdict(status) for name, status in statuses.items()},
@@ -235,9 +236,7 @@ def score_models(
     set_name = job.set_name
     for name in skipped:
         print(f"skipped {root / name}: {skipped[name]}", file=sys.stderr)
-    statuses = {
-        folder.name: ModelStatus(outputs=str(folder.resolve()), result_dir=folder.name) for folder in models
-    }
+    statuses = {folder.name: ModelStatus(outputs=folder.name, result_dir=folder.name) for folder in models}
     write_models_file(out, root, set_name, statuses, skipped)
     for k, folder in enumerate(models, start=1):
         status = statuses[folder.name]

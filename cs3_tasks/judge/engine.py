@@ -58,6 +58,7 @@ class Verdict:
     note: str | None = None  # what was cut to bound the exchange (a long prompt or reply), else None
     asks: int = 1  # replies asked for (the reference protocol records it)
     fallback: bool = False  # no reply parsed in the policy's asks: its fallback value was applied
+    model: str | None = None  # the model id the API answered with (its reply's "model"), None if unknown
 
     @property
     def ok(self) -> bool:
@@ -109,8 +110,9 @@ def chat_completion(
     *,
     api_key: str | None = None,
     session: requests.Session | None = None,
-) -> str:
-    """One POST {base_url}/chat/completions, no retry: the assistant message text.
+) -> tuple[str, str | None]:
+    """One POST {base_url}/chat/completions, no retry: the assistant message text, and the model id the API
+    answered with (the reply's ``model``; None when it names none).
 
     ``config.timeout`` bounds the whole request (connect, headers and body), not each read; a reply body
     over MAX_REPLY_BYTES is not read. Raises chat_api.EndpointError (``retryable`` per the shared policy),
@@ -132,7 +134,8 @@ def chat_completion(
             session=session,
             max_reply_bytes=MAX_REPLY_BYTES,
         )
-        return message_text(reply)
+        answered = reply.get("model") if isinstance(reply, dict) else None
+        return message_text(reply), (str(answered)[:200] if answered is not None else None)
     except EndpointError as exc:  # error texts are written to records: no credentials
         secrets = (api_key, *url_secrets(config.base_url))
         exc.cause, exc.raw = redact(exc.cause, *secrets), redact(exc.raw, *secrets)
@@ -176,22 +179,27 @@ class _Item:
     ):
         self.messages, self.policy, self.config, self.cache = messages, policy, config, cache
 
-    def _cached(self, ask: int) -> tuple[str, str | None] | None:
+    def _cached(self, ask: int) -> tuple[str, str | None, str | None] | None:
+        """(reply, note, answering model id) of a cached ask (the model id is None in entries cached before
+        it was kept)."""
         if self.cache is None:
             return None
         hit = self.cache.get(_cache_key(self.policy, self.config, self.messages, ask))
-        return None if hit is None else (hit["raw"], hit.get("note"))
+        return None if hit is None else (hit["raw"], hit.get("note"), hit.get("answered"))
 
-    def _read(self, raw: str, note: str | None, ask: int) -> Verdict | None:
+    def _read(self, raw: str, note: str | None, answered: str | None, ask: int) -> Verdict | None:
         """The verdict of a reply, or None when the policy reads it as no verdict."""
         try:
-            return Verdict(value=self.policy.parse(raw), raw=raw, note=note, asks=ask + 1)
+            value = self.policy.parse(raw)
         except UnparseableReply:
             return None
+        return Verdict(value=value, raw=raw, note=note, asks=ask + 1, model=answered)
 
-    def _fallback(self, raw: str | None, note: str | None) -> Verdict:
+    def _fallback(self, raw: str | None, note: str | None, answered: str | None) -> Verdict:
         policy = self.policy
-        return Verdict(value=policy.fallback, raw=raw, note=note, asks=policy.max_asks, fallback=True)
+        return Verdict(
+            value=policy.fallback, raw=raw, note=note, asks=policy.max_asks, fallback=True, model=answered
+        )
 
     def _error(self, cause: str, body: str | None, last: str | None, note: str | None, ask: int) -> Verdict:
         """A judge_error verdict. Its raw: the failing reply's body for a one-ask policy ("" without one),
@@ -201,7 +209,7 @@ class _Item:
 
     def replay(self) -> Verdict | None:
         """The verdict from cached replies alone; None when some ask must be sent."""
-        last: tuple[str, str | None] | None = None
+        last: tuple[str | None, str | None, str | None] = (None, None, None)
         for ask in range(self.policy.max_asks):
             hit = self._cached(ask)
             if hit is None:
@@ -212,7 +220,7 @@ class _Item:
             if self.policy.unparsed_is_error:
                 return None  # a reply an older parser accepted: ask again
             last = hit
-        return self._fallback(*(last or (None, None)))
+        return self._fallback(*last)
 
     def ask(self, api_key: str | None, session: requests.Session) -> Verdict:
         config, policy = self.config, self.policy
@@ -220,12 +228,11 @@ class _Item:
         secrets = (api_key, *url_secrets(config.base_url))
         attempts = 0
 
-        def attempt() -> tuple[str, str | None]:
+        def attempt() -> tuple[str, str | None, str | None]:
             nonlocal attempts
             attempts += 1
-            raw, reply_note = bounded_reply(
-                chat_completion(messages, config, api_key=api_key, session=session), *secrets
-            )
+            reply, answered = chat_completion(messages, config, api_key=api_key, session=session)
+            raw, reply_note = bounded_reply(reply, *secrets)
             if policy.unparsed_is_error:
                 try:
                     policy.parse(raw)
@@ -233,9 +240,9 @@ class _Item:
                     raise EndpointError(
                         f"unparseable reply: {exc}", retryable=True, raw=raw, backoff=False
                     ) from exc
-            return raw, _join_notes(request_note, reply_note)
+            return raw, _join_notes(request_note, reply_note), answered
 
-        last: tuple[str | None, str | None] = (None, request_note)
+        last: tuple[str | None, str | None, str | None] = (None, request_note, None)
         for ask in range(policy.max_asks):
             hit = self._cached(ask)
             if hit is not None:
@@ -247,7 +254,7 @@ class _Item:
                     continue
             attempts = 0
             try:
-                raw, note = call_with_retries(attempt, config.retry_policy)
+                raw, note, answered = call_with_retries(attempt, config.retry_policy)
             except AuthenticationError as exc:
                 key_hint = (
                     f"the key in ${config.api_key_env}"
@@ -270,11 +277,11 @@ class _Item:
                 return self._error(cause, None, last[0], request_note, ask)
             if self.cache is not None:
                 key = _cache_key(policy, config, self.messages, ask)
-                self.cache.put(key, {"raw": raw, "model": config.model, "note": note})
-            verdict = self._read(raw, note, ask)
+                self.cache.put(key, {"raw": raw, "model": config.model, "note": note, "answered": answered})
+            verdict = self._read(raw, note, answered, ask)
             if verdict is not None:
                 return verdict
-            last = (raw, note)
+            last = (raw, note, answered)
         return self._fallback(*last)
 
 

@@ -4,8 +4,9 @@ OUT/index.html holds the leaderboard with CIs, the cs-vs-en table, the notes and
 (inlined from ``assets/``: no CDN). OUT/items.js holds every item once, as JSON (``window.CS3_ITEMS``); the
 page loads it after its first paint and renders the item tables from it, paginated (item table per model and
 set with filters, sorting and search; one Qid in knowledge and knowledge_en side by side; one row per Qid
-across models). Response audio is referenced by a path relative to OUT; question clips are written under
-OUT/audio/<set>/ once. Also written by ``cs3-bench demo`` and ``cs3-bench score --outputs-root``.
+across models). Audio is referenced by a path relative to OUT: question clips are written under
+OUT/audio/<set>/ once, response clips linked or copied under OUT/audio/responses/<model>/<set>/. Also written
+by ``cs3-bench demo`` and ``cs3-bench score --outputs-root``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from cs3_tasks.report.compare import baseline_comparisons
 from cs3_tasks.report.leaderboard import leaderboard_rows
 from cs3_tasks.report.results import ModelResults, load_results, summaries_of
 from cs3_tasks.scoring.records import CHANNELS, STATUSES
+from cs3_tasks.scoring.store import local_outputs
 
 ITEMS_FILE = "items.js"
 
@@ -73,7 +75,15 @@ def report_data(
         if note:
             notes.append(note)
     answers = {
-        name: {s: [items.item_row(r, out) for r in records] for s, records in entry.records.items()}
+        name: {
+            s: [
+                items.item_row(
+                    r, items.place_response_audio(r, local_outputs(entry.result_dirs[s]), out, name, s)
+                )
+                for r in records
+            ]
+            for s, records in entry.records.items()
+        }
         for name, entry in results.items()
     }
     data = {

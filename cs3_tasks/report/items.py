@@ -2,13 +2,15 @@
 
 Everything here is plain JSON-able dicts: the question side once per set and Qid (`question_rows`), the
 answer side once per model, set and Qid (`item_row`). Audio is referenced by a path relative to the report
-folder, so the folder opens from file:// with no server: responses where the scorer found them, question
-clips written once under ``audio/<set>/`` (`write_question_audio`).
+folder, so the folder opens from file:// with no server and names no folder of this machine: question clips
+are written once under ``audio/<set>/`` (`write_question_audio`), response clips linked or copied under
+``audio/responses/<model>/<set>/`` (`place_response_audio`).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -33,26 +35,52 @@ def psr_words(text_response: str | None, transcript: str | None) -> list[list]:
     return marked
 
 
-def relative_url(path: str | None, report_dir: Path) -> str | None:
-    """A file path as a URL relative to the report folder (posix separators), or None when not a file."""
-    if not path or not os.path.isfile(path):
-        return None
-    # abspath, not resolve: no symlink walk per item (thousands of items); the browser resolves textually
-    return Path(os.path.relpath(os.path.abspath(path), os.path.abspath(report_dir))).as_posix()
-
-
-def item_row(record: Mapping, report_dir: Path) -> dict:
-    """One model's item, as the report shows it: the record without None values, plus ``audio_url``
-    (response audio) and ``psr_words`` (English words of the text response, heard or missed)."""
+def item_row(record: Mapping, audio_url: str | None = None) -> dict:
+    """One model's item, as the report shows it: the record without None values, plus ``audio_url`` (the
+    response audio's copy in the report, `place_response_audio`; without one, ``audio_label`` says which
+    file the record names) and ``psr_words`` (English words of the text response, heard or missed)."""
     row = {k: v for k, v in record.items() if v is not None and k not in NOT_SHOWN}
-    url = relative_url(record.get("audio"), report_dir)
-    if url:
-        row["audio_url"] = url
-    elif record.get("audio"):  # a path that is not here (moved, or in-memory audio): say what it was
+    if audio_url:
+        row["audio_url"] = audio_url
+    elif record.get("audio"):  # not on this machine (moved, shared results, in-memory audio): say so
         row["audio_label"] = str(record["audio"])
     if record.get("psr_total"):
         row["psr_words"] = psr_words(record.get("text"), record.get("transcript"))
     return row
+
+
+def safe_name(name: str) -> str:
+    """A file name made of ``name`` (a Qid, a model name) in safe characters."""
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name).lstrip(".") or "_"
+
+
+def place_response_audio(
+    record: Mapping, outputs: Path | None, out: Path, model: str, set_name: str
+) -> str | None:
+    """Put the response audio a record names (relative to the model's ``outputs`` folder) into the report
+    folder, ``audio/responses/<model>/<set>/<Qid><suffix>`` (a hard link where it can be, else a copy), and
+    return its URL relative to the report; None when this machine does not have it. The report then names no
+    folder of this machine and plays from any copy of it."""
+    label = record.get("audio")
+    if not isinstance(label, str) or not label:
+        return None
+    source = Path(label) if Path(label).is_absolute() or outputs is None else Path(outputs) / label
+    if not source.is_file():
+        return None
+    folder = Path(out) / "audio" / "responses" / safe_name(model) / set_name
+    target = folder / f"{safe_name(str(record.get('qid')))}{source.suffix.lower()}"
+    if not (target.is_file() and target.stat().st_size == source.stat().st_size and _same(target, source)):
+        folder.mkdir(parents=True, exist_ok=True)
+        target.unlink(missing_ok=True)
+        try:
+            os.link(source, target)
+        except OSError:  # another file system, or links not allowed
+            shutil.copyfile(source, target)
+    return target.relative_to(out).as_posix()
+
+
+def _same(a: Path, b: Path) -> bool:
+    return a.samefile(b) or a.read_bytes() == b.read_bytes()
 
 
 def question_row(doc: Mapping) -> dict:
@@ -91,9 +119,7 @@ def write_question_audio(rows: Mapping[str, dict], set_name: str, clips: Sequenc
         data = audio.get("bytes") if isinstance(audio, Mapping) else None
         if qid not in rows or not data:
             continue
-        # the file name is made of the Qid: keep it to safe characters
-        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in qid)
-        path = folder / f"{safe}{audio_suffix(data, audio.get('path'))}"
+        path = folder / f"{safe_name(qid)}{audio_suffix(data, audio.get('path'))}"
         if not (path.is_file() and path.read_bytes() == data):
             folder.mkdir(parents=True, exist_ok=True)
             atomic_write(path, data)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from html import escape
 
+from cs3_tasks.asr import describe_fingerprint as describe_asr
 from cs3_tasks.report.compare import SIGNIFICANCE, cs_en_drops, points
 from cs3_tasks.report.leaderboard import COLUMNS, HEADERS
 from cs3_tasks.report.results import ModelResults
@@ -125,7 +126,7 @@ def notes_list(results: Mapping[str, ModelResults], extra: Sequence[str] = ()) -
             comparable = summary.get("comparable_to_paper") or {}
             parts = [
                 f"protocol {summary.get('protocol') or 'cs3'}",
-                f"ASR {settings.get('asr_model') or 'n/a'}",
+                f"ASR {describe_asr(settings.get('asr'))}",
                 f"judge {judge_text}",
                 "comparable to the paper: "
                 + (

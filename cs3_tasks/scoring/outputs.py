@@ -48,15 +48,20 @@ class ModelOutput:
     transcript: str | None = None  # a given transcript of the speech (--use-given-transcripts): no ASR
 
 
-def audio_label(audio: Any) -> str | None:
-    """What a record says about an output's audio: its path, or a placeholder for in-memory audio."""
+def audio_label(audio: Any, root: str | os.PathLike | None = None) -> str | None:
+    """What a record says about an output's audio: its path (relative to ``root``, the outputs folder, when
+    it lies inside it: results name no folder of this machine), or a placeholder for in-memory audio."""
     if audio is None:
         return None
-    if isinstance(audio, (str, os.PathLike)):
-        return str(audio)
     if isinstance(audio, Mapping) and isinstance(audio.get("path"), str) and audio.get("path"):
-        return audio["path"]
-    return IN_MEMORY_AUDIO
+        audio = audio["path"]
+    if not isinstance(audio, (str, os.PathLike)):
+        return IN_MEMORY_AUDIO
+    if root is not None:
+        relative = os.path.relpath(os.path.abspath(audio), os.path.abspath(root))
+        if not relative.startswith(os.pardir):
+            return Path(relative).as_posix()
+    return str(audio)
 
 
 def repair_text(text: str) -> tuple[str, str | None]:

@@ -50,6 +50,51 @@ from cs3_tasks.scoring.records import (
 JUDGE_CHUNK_RECORDS = 32
 
 
+def no_output_problem(noun: str = "Qid") -> str:
+    """The problem of a doc without output."""
+    return f"no output for this {noun}"
+
+
+def unknown_id_problem(noun: str, qid: str, set_name: str) -> str:
+    """The problem of an output whose id is not in the dataset (kept for the audit)."""
+    return f"unknown {noun}: {qid} is not in the {set_name} dataset"
+
+
+def asr_failed_problem(error: str) -> str:
+    """The problem of an item whose speech could not be transcribed."""
+    return f"ASR failed: {error}"
+
+
+@dataclass(frozen=True)
+class RecordedTranscripts:
+    """The ASR of a scored run, replayed from its records (by Qid): each item's transcript, language, error
+    and note as recorded. Nothing is heard."""
+
+    records: Mapping[str, Mapping]
+
+    def transcript(self, qid: str):
+        from cs3_tasks.asr import Transcript
+
+        record = self.records.get(qid) or {}
+        note = record.get("asr_note")
+        if record.get("asr_error"):
+            return Transcript("", None, error=record["asr_error"], note=note)
+        if record.get("transcript") is None:
+            return Transcript("", None, error="asr_error: no transcript in the records", note=note)
+        return Transcript(record["transcript"], record.get("asr_language"), note=note)
+
+
+@dataclass(frozen=True)
+class RecordedVerdicts:
+    """The judge of a scored run, replayed from its records (by Qid, channel and aspect): each verdict as
+    recorded (`Protocol.recorded_verdict`). Nothing is asked; a verdict the records lack is a judge error."""
+
+    records: Mapping[str, Mapping]
+
+    def verdict(self, protocol: Protocol, qid: str, channel: str, aspect: str | None) -> Verdict:
+        return protocol.recorded_verdict(self.records.get(qid) or {}, channel, aspect)
+
+
 @dataclass
 class _JudgeJob:
     index: int  # record index
@@ -61,13 +106,15 @@ class _JudgeJob:
 def _run_judge_jobs(
     set_name: str,
     jobs: Sequence[_JudgeJob],
-    config: JudgeConfig,
+    config: JudgeConfig | RecordedVerdicts,
     protocol: Protocol,
     context: Any,
     progress: bool = False,
 ) -> list[Verdict]:
     """Judge all jobs, one protocol judge call per aspect (the engine sends identical prompts once,
-    concurrently)."""
+    concurrently); or, replaying a scored run, the verdicts its records hold (`RecordedVerdicts`)."""
+    if isinstance(config, RecordedVerdicts):
+        return [config.verdict(protocol, str(job.pair[0]["Qid"]), job.channel, job.aspect) for job in jobs]
     verdicts: list[Verdict | None] = [None] * len(jobs)
     by_aspect: dict[str | None, list[int]] = defaultdict(list)
     for i, job in enumerate(jobs):
@@ -133,13 +180,15 @@ def pair_outputs(
     doc_id: Callable[[Mapping], str],
     blank: Callable[[str, Mapping | None, str | None], dict],
     noun: str = "Qid",
+    audio_root: Path | None = None,
 ) -> tuple[list[dict], list[tuple[Mapping | None, ModelOutput | None]]]:
     """One blank record per doc (in order), then one per output whose id is not among ``docs``.
 
     ``blank(qid, doc or None, problem)`` makes a record of the caller's schema. A doc without output gets
     the problem "no output for this <noun>"; an unknown id "unknown <noun>: ... is not in the <set>
     dataset" (kept for the audit, nothing to score it against). The first output of an id wins. Each
-    record gets the output's ``text`` and ``audio`` label; the pairs say what to score.
+    record gets the output's ``text`` and ``audio`` label (relative to ``audio_root``, the outputs folder,
+    when given); the pairs say what to score.
     """
     by_id: dict[str, ModelOutput] = {}
     for output in outputs:
@@ -151,18 +200,18 @@ def pair_outputs(
         qid = doc_id(doc)
         known.add(qid)
         output = by_id.get(qid)
-        problem = output.problem if output is not None else f"no output for this {noun}"
+        problem = output.problem if output is not None else no_output_problem(noun)
         records.append(blank(qid, doc, problem))
         pairs.append((doc, output))
     for qid, output in by_id.items():
         if qid not in known:
-            problem = join_problems(f"unknown {noun}: {qid} is not in the {set_name} dataset", output.problem)
+            problem = join_problems(unknown_id_problem(noun, qid, set_name), output.problem)
             records.append(blank(qid, None, problem))
             pairs.append((None, output))
     for record, (_, output) in zip(records, pairs):
         if output is not None:
             record["text"] = output.text
-            record["audio"] = audio_label(output.audio)
+            record["audio"] = audio_label(output.audio, audio_root)
     return records, pairs
 
 
@@ -171,10 +220,11 @@ def transcribe_outputs(
     pairs: Sequence[tuple[Mapping | None, ModelOutput | None]],
     *,
     language: str | None,
-    asr: AsrConfig | None = None,
+    asr: AsrConfig | RecordedTranscripts | None = None,
     progress: bool = True,
 ) -> list[int]:
-    """Transcribe the speech of every paired output in ONE `asr.transcribe_batch` call.
+    """Transcribe the speech of every paired output in ONE `asr.transcribe_batch` call (or, replaying a
+    scored run, take each item's transcript from its record: `RecordedTranscripts`).
 
     Sets ``transcript`` / ``asr_language`` of each record, or ``asr_error`` and a problem ("ASR failed:
     ...") on that item only. Returns the indices of the records that had speech to transcribe.
@@ -194,32 +244,40 @@ def transcribe_outputs(
     to_transcribe = [i for i in indices if i not in set(given)]
     if not to_transcribe:
         return indices
-    config = asr or asr_module.AsrConfig()
-    transcripts = asr_module.transcribe_batch(
-        [pairs[i][1].audio for i in to_transcribe],
-        language=language,
-        model=config.model,
-        backend=config.backend,
-        short_clips=config.short_clips,
-        device=config.device,
-        progress=progress,
-    )
+    if isinstance(asr, RecordedTranscripts):
+        transcripts = [asr.transcript(records[i]["qid"]) for i in to_transcribe]
+    else:
+        config = asr or asr_module.AsrConfig()
+        transcripts = asr_module.transcribe_batch(
+            [pairs[i][1].audio for i in to_transcribe],
+            language=language,
+            model=config.model,
+            backend=config.backend,
+            short_clips=config.short_clips,
+            device=config.device,
+            progress=progress,
+        )
     for i, transcript in zip(to_transcribe, transcripts):
         record = records[i]
         if transcript.error:
             record["asr_error"] = transcript.error
-            record["problem"] = join_problems(record["problem"], f"ASR failed: {transcript.error}")
+            record["problem"] = join_problems(record["problem"], asr_failed_problem(transcript.error))
         else:
             record["transcript"], record["asr_language"] = transcript.text, transcript.language
         record["asr_note"] = getattr(transcript, "note", None)
     return indices
 
 
-def asr_config(asr: AsrConfig | None, model: str | None = None, backend: str | None = None) -> AsrConfig:
+def asr_config(
+    asr: AsrConfig | RecordedTranscripts | None, model: str | None = None, backend: str | None = None
+) -> AsrConfig | RecordedTranscripts:
     """``asr`` (default: `asr.AsrConfig()`) with ``model`` / ``backend`` filled in when given."""
     from dataclasses import replace
 
     from cs3_tasks.asr import AsrConfig
+
+    if isinstance(asr, RecordedTranscripts):
+        return asr
 
     config = asr or AsrConfig()
     return replace(config, model=model or config.model, backend=backend or config.backend)
@@ -230,15 +288,16 @@ def score_batch(
     docs: Sequence[Mapping],
     outputs: Sequence[ModelOutput],
     *,
-    asr: AsrConfig | None = None,
+    asr: AsrConfig | RecordedTranscripts | None = None,
     asr_model: str | None = None,
     asr_backend: str | None = None,
-    judge: JudgeConfig | None = None,
+    judge: JudgeConfig | RecordedVerdicts | None = None,
     progress: bool = True,
     on_record: Callable[[dict], None] | None = None,
     protocol: str | Protocol = DEFAULT_PROTOCOL,
     templates: Any = None,
     reference_scripts: str | Path | None = None,
+    audio_root: Path | None = None,
 ) -> list[dict]:
     """Per-item records (keys: docs/architecture.md) for ``outputs`` against ``docs``.
 
@@ -250,17 +309,24 @@ def score_batch(
     output whose Qid is not among ``docs`` (problem "unknown Qid"), docs first, in order. ``judge=None``
     leaves keyword misses "unresolved" and open-ended scores None. ``on_record`` is called with each
     record as soon as it is final (used by the CLI to append it to the records file). ``asr``: which ASR
-    transcribes the speech (``asr_model`` / ``asr_backend`` fill in its fields when given).
+    transcribes the speech (``asr_model`` / ``asr_backend`` fill in its fields when given). ``audio_root``:
+    the outputs folder, that records name audio files relative to. A scored run is replayed (``cs3-bench
+    score --from-results``) with ``asr`` a `RecordedTranscripts` and ``judge`` a `RecordedVerdicts`: the one
+    pipeline, its ASR and judge answered from the records.
     """
     check_set(set_name)
     scoring = protocol_for(protocol)
-    context = scoring.judge_context(judge, reference_scripts, templates)  # a setup error comes first
+    replaying = isinstance(judge, RecordedVerdicts)  # nothing is asked: the prompts are not needed
+    # a setup error comes first
+    context = None if replaying else scoring.judge_context(judge, reference_scripts, templates)
 
     def blank(qid: str, doc: Mapping | None, problem: str | None) -> dict:
         category = doc.get("Category") if doc is not None and set_name in KNOWLEDGE_SETS else None
         return blank_record(set_name, qid, category, problem, scoring.name)
 
-    records, pairs = pair_outputs(set_name, docs, outputs, doc_id=lambda doc: str(doc["Qid"]), blank=blank)
+    records, pairs = pair_outputs(
+        set_name, docs, outputs, doc_id=lambda doc: str(doc["Qid"]), blank=blank, audio_root=audio_root
+    )
 
     emitted = [False] * len(records)
 

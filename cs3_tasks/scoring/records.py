@@ -167,6 +167,20 @@ def judge_unparsed(records: Iterable[Mapping]) -> tuple[int, int]:
     return sum(u for u, _ in counts), sum(a for _, a in counts)
 
 
+def judge_answered_models(records: Iterable[Mapping]) -> dict[str, int]:
+    """How many verdicts each model id the judge API answered with gave ("unknown": a reply that named none,
+    or one cached before the id was kept); failed requests had no reply and are not counted."""
+    counts: dict[str, int] = {}
+    for record in records:
+        for ch in CHANNELS:
+            for kind in ("judge", *ASPECTS):
+                key = f"{ch}_{kind}_model"
+                if key in record and not record.get(f"{ch}_{kind}_error"):  # an error had no reply
+                    model = str(record[key] or "unknown")
+                    counts[model] = counts.get(model, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def judge_ran(records: Sequence[Mapping], ch: str) -> bool:
     """Whether the open-ended judge was asked about any item of this channel (else there is no rate)."""
     return any(r[f"{ch}_relevance"] is not None or r[f"{ch}_relevance_error"] for r in records)

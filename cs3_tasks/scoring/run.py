@@ -69,8 +69,9 @@ class ScoreJob:
         return self.model_name or Path(self.outputs).resolve().name
 
     def identity(self) -> dict:
-        """The scored system as <set>.settings.json records it (`store.IDENTITY_KEYS`)."""
-        return {"model": self.model, "outputs": str(Path(self.outputs).resolve())}
+        """The scored system as <set>.settings.json records it (`store.IDENTITY_KEYS`): its name, never a
+        folder of this machine (that is kept apart, in `store.LOCAL_FILE`)."""
+        return {"model": self.model}
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,7 @@ def _run_set(
     store = RecordsFile(out, set_name)
     try:
         lock()
-        store.open(settings, restart=job.restart)
+        store.open(settings, restart=job.restart, outputs=job.outputs)
     except (SettingsMismatchError, ResultDirBusy) as exc:
         raise ScoringError(str(exc)) from exc
 
@@ -217,6 +218,7 @@ def _run_set(
             on_record=append,
             protocol=run.protocol,
             templates=run.templates,
+            audio_root=job.outputs,
         )
 
     try:

@@ -33,38 +33,45 @@ def run_settings(
 ) -> dict:
     """What the records of a run depend on (protocol, ASR, its language hint and decoding, the judge); a
     reference run adds `reference.protocol_settings` (scripts, comparability with the paper)."""
-    from dataclasses import asdict
-
     from cs3_tasks import asr as asr_module
 
     resolved = asr.resolved()
-    settings: dict[str, Any] = {"protocol": protocol}
-    settings.update(
-        {
-            "asr_model": "given transcripts (json_asr Response_hyp)" if given_transcripts else resolved.model,
-            "asr_backend": None if given_transcripts else resolved.backend,
-            "asr_language": asr_language,
-            "asr_decoding": None
-            if given_transcripts
-            else asdict(asr_module.decoding_options(resolved.short_clips)),
-            "judge": None
-            if judge_config is None
-            else {
-                "base_url": judge_config.public_base_url,
-                "model": judge_config.model,
-                "temperature": judge_config.temperature,
-            },
-        }
-    )
+    settings: dict[str, Any] = {
+        "protocol": protocol,
+        # what the transcripts depend on, by identity (asr.fingerprint): engine versions, model weights' hash
+        "asr": {"source": "given transcripts (json_asr Response_hyp)"}
+        if given_transcripts
+        else asr_module.asr_fingerprint(resolved),
+        "asr_language": asr_language,
+        "judge": None if judge_config is None else judge_identity(judge_config),
+        # where it ran, for the record: never part of a comparison (store.INFORMATIONAL_KEYS)
+        "machine": asr_module.machine(),
+    }
     if protocol == "reference":
         from cs3_tasks.scoring.protocols import reference
 
         settings.update(
             reference.protocol_settings(
-                reference_scripts, judge_config, settings["asr_backend"], resolved.model
+                reference_scripts,
+                judge_config,
+                None if given_transcripts else resolved.backend,
+                None if given_transcripts else settings["asr"]["model"]["name"],
             )
         )
     return settings
+
+
+def judge_identity(config: JudgeConfig) -> dict:
+    """The judge of a run as results record it: the model asked for, the endpoint (credentials redacted) and
+    its host, the sampling temperature. The model that answered is recorded per verdict (records)."""
+    from urllib.parse import urlparse
+
+    return {
+        "base_url": config.public_base_url,
+        "host": urlparse(config.base_url).hostname,
+        "model": config.model,
+        "temperature": config.temperature,
+    }
 
 
 def protocol_asr(asr: AsrConfig, protocol: str, chosen: bool = False) -> AsrConfig:

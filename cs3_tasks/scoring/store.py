@@ -37,7 +37,13 @@ SCORED_DOC_FIELDS = ("Qid", "Question", "Answer", "Answer_zh", "Answer_en", "Cat
 ADDED_SETTINGS = ("dataset_sha256",)
 
 # what identifies the scored system in <set>.settings.json: one result dir holds one system
-IDENTITY_KEYS = ("model", "outputs")
+IDENTITY_KEYS = ("model",)
+# settings that say where a run ran, for the record only: never compared (a resume on another machine with
+# the same fingerprints is the same run)
+INFORMATIONAL_KEYS = ("machine",)
+# this machine's paths of a result dir (the outputs folder it scored), beside the results but not part of
+# them: nothing shared names a local folder; a copy without it reads the same
+LOCAL_FILE = ".cs3-bench.local.json"
 
 
 @contextmanager
@@ -75,9 +81,10 @@ def result_dir_lock(out: Path, *, wait: bool = False) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def check_same_system(out: Path, settings: Mapping) -> None:
-    """SettingsMismatchError when another set of result dir ``out`` holds results of another system
-    (``IDENTITY_KEYS`` of its settings differ): one result dir holds one model's results."""
+def check_same_system(out: Path, settings: Mapping, outputs: Path | None = None) -> None:
+    """SettingsMismatchError when result dir ``out`` holds results of another system: another set's
+    settings name another model (`IDENTITY_KEYS`), or on this machine the dir was made from another outputs
+    folder (`LOCAL_FILE`). One result dir holds one model's results."""
     mine = {k: settings.get(k) for k in IDENTITY_KEYS}
     for path in sorted(Path(out).glob("*.settings.json")):
         try:
@@ -87,11 +94,37 @@ def check_same_system(out: Path, settings: Mapping) -> None:
         theirs = {k: theirs.get(k) for k in IDENTITY_KEYS} if isinstance(theirs, dict) else {}
         if theirs != mine:
             raise SettingsMismatchError(
-                f"{out} holds results of another system ({path.name}: model {theirs.get('model')!r}, "
-                f"outputs {theirs.get('outputs')!r}); this run scores model {mine['model']!r} from "
-                f"{mine['outputs']!r}. "
-                "Use another --out, or --restart to score this model here."
+                f"{out} holds results of another system ({path.name}: model {theirs.get('model')!r}); this "
+                f"run scores model {mine['model']!r}. Use another --out, or --restart to score this model "
+                "here."
             )
+    scored = local_outputs(out)
+    if outputs is not None and scored is not None and scored != Path(outputs).resolve():
+        raise SettingsMismatchError(
+            f"{out} holds the results of the outputs in {scored}; this run scores {Path(outputs).resolve()}. "
+            "Use another --out, or --restart to score these outputs here."
+        )
+
+
+def local_outputs(out: Path) -> Path | None:
+    """The outputs folder a result dir was scored from, on this machine (None: not recorded here)."""
+    try:
+        found = json.loads((Path(out) / LOCAL_FILE).read_text(encoding="utf-8")).get("outputs")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return Path(found) if isinstance(found, str) else None
+
+
+def write_local_outputs(out: Path, outputs: Path) -> None:
+    """Record on this machine which outputs folder result dir ``out`` scores (`LOCAL_FILE`)."""
+    from cs3_tasks.core.cache import atomic_write
+
+    atomic_write(Path(out) / LOCAL_FILE, json.dumps({"outputs": str(Path(outputs).resolve())}) + "\n")
+
+
+def comparable_settings(settings: Mapping) -> dict:
+    """``settings`` without the keys that only describe where the run ran (`INFORMATIONAL_KEYS`)."""
+    return {k: v for k, v in settings.items() if k not in INFORMATIONAL_KEYS}
 
 
 def read_records(path: Path) -> dict[str, dict]:
@@ -171,9 +204,21 @@ def dataset_identity(docs: Sequence[Mapping], doc_fields: Sequence[str] | None =
 
 
 def settings_difference(previous: Mapping, current: Mapping) -> str:
-    """The keys whose values differ, each as ``key: old -> new`` (settings hold no secret)."""
-    keys = [k for k in dict.fromkeys([*previous, *current]) if previous.get(k) != current.get(k)]
-    return "; ".join(f"{k}: {previous.get(k)!r} -> {current.get(k)!r}" for k in keys)
+    """The fields whose values differ, each as ``field: old -> new``; a nested field is named by its path
+    (``asr.engine.ctranslate2: '4.6.0' -> '4.8.5'``). Informational keys are left out; settings hold no
+    secret."""
+    old, new = _flatten(comparable_settings(previous)), _flatten(comparable_settings(current))
+    keys = [k for k in dict.fromkeys([*old, *new]) if old.get(k) != new.get(k)]
+    return "; ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys)
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, Mapping) and value:
+        flat: dict[str, Any] = {}
+        for key, item in value.items():
+            flat.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return flat
+    return {prefix: value}
 
 
 def _write_records(path: Path, records: Iterable[dict]) -> None:
@@ -197,24 +242,33 @@ class RecordsFile:
         self.settings_path = self.out / f"{set_name}.settings.json"
         self.done: dict[str, dict] = {}
 
-    def open(self, settings: Mapping, *, restart: bool = False) -> dict[str, dict]:
-        """The finished records (none with ``restart``); SettingsMismatchError if made otherwise."""
+    def open(
+        self, settings: Mapping, *, restart: bool = False, outputs: Path | None = None
+    ) -> dict[str, dict]:
+        """The finished records (none with ``restart``); SettingsMismatchError if made otherwise (other
+        settings, another system, another ``outputs`` folder on this machine)."""
         from cs3_tasks.core.cache import atomic_write
 
         self.out.mkdir(parents=True, exist_ok=True)
         if not restart and any(k in settings for k in IDENTITY_KEYS):
-            check_same_system(self.out, settings)
+            check_same_system(self.out, settings, outputs)
         if restart:
             self.path.unlink(missing_ok=True)
         if self.path.is_file() and self.settings_path.is_file():
-            previous = json.loads(self.settings_path.read_text(encoding="utf-8"))
-            compared = {k: v for k, v in settings.items() if k in previous or k not in ADDED_SETTINGS}
+            previous = comparable_settings(json.loads(self.settings_path.read_text(encoding="utf-8")))
+            compared = {
+                k: v
+                for k, v in comparable_settings(settings).items()
+                if k in previous or k not in ADDED_SETTINGS
+            }
             if previous != compared:
                 raise SettingsMismatchError(
                     f"{self.path} was made with other settings ({settings_difference(previous, settings)}). "
                     "Use --restart (ASR and judge caches keep it cheap) or another --out."
                 )
         atomic_write(self.settings_path, json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
+        if outputs is not None:
+            write_local_outputs(self.out, outputs)
         self.done = read_records(self.path)
         return self.done
 

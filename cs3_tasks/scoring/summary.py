@@ -17,7 +17,7 @@ from typing import Any
 
 from cs3_tasks.core.data import KNOWLEDGE_SETS, check_set
 from cs3_tasks.scoring.protocols import Protocol, protocol_for
-from cs3_tasks.scoring.records import CHANNELS, STATUSES, judge_ran
+from cs3_tasks.scoring.records import CHANNELS, STATUSES, judge_answered_models, judge_ran
 
 # the two sets compared by `compare_cs_en`: (code-switched, English twin)
 CS_EN_PAIR = ("knowledge", "knowledge_en")
@@ -175,14 +175,34 @@ def summarize(set_name: str, records: Sequence[dict], protocol: str | None = Non
         "mixed_error_rate": metrics.mean_score(
             [r["mixed_error_rate"] for r in scorable if r["mixed_error_rate"] is not None]
         ),
+        # the model ids the judge API answered with, per verdict (the model asked for is in settings)
+        "judge_answered_models": judge_answered_models(scorable),
     }
 
 
 def add_comparability(summary: dict, settings: Mapping) -> dict:
     """Say in ``summary`` whether its numbers are comparable with the paper (reference protocol: judge
     qwen-max-2025-01-25, pinned scripts, speech transcribed by Whisper-large-v3 through transformers), from
-    the run's settings (`scoring.run_settings`); ``notes`` lists what is not."""
-    return protocol_for(settings.get("protocol") or "cs3").add_comparability(summary, settings)
+    the run's settings (`scoring.run_settings`); ``notes`` lists what is not, and whether the transcripts
+    depend on the machine (ASR numerics native)."""
+    protocol_for(settings.get("protocol") or "cs3").add_comparability(summary, settings)
+    judge = settings.get("judge") or {}
+    answered = sorted(set(summary.get("judge_answered_models") or {}) - {judge.get("model"), "unknown"})
+    if answered:  # the endpoint served another model than the one asked for (an alias, a redirect)
+        summary["comparable_to_paper"] = {ch: False for ch in summary.get("comparable_to_paper") or CHANNELS}
+        summary["notes"] = [
+            *(summary.get("notes") or []),
+            f"the judge answered as {', '.join(answered)}, not as the {judge.get('model')} asked for: its "
+            "verdicts are that model's",
+        ]
+    asr = settings.get("asr") or {}
+    if asr.get("numerics") == "native":  # asr.numerics: the arithmetic followed this machine's CPU
+        summary["notes"] = [
+            *(summary.get("notes") or []),
+            f"transcripts depend on this machine: {asr.get('backend')} ran on its own code paths "
+            f"({asr.get('device')}, numerics native); another machine may transcribe some clips otherwise",
+        ]
+    return summary
 
 
 def _accuracy(summary: Mapping | None, ch: str, category: str | None = None) -> float | None:

@@ -59,6 +59,8 @@ class Protocol(ABC):
     def fill_verdict(self, record: dict, ch: str, aspect: str | None, verdict: Verdict) -> None:
         """Write one judge verdict into a record (knowledge correctness, or one open-ended aspect)."""
         record[f"{ch}_judge_note" if aspect is None else f"{ch}_{aspect}_note"] = verdict.note
+        # the model id the API answered with: an alias or another model than asked is visible per item
+        record[f"{ch}_judge_model" if aspect is None else f"{ch}_{aspect}_model"] = verdict.model
         if aspect is None:
             record[f"{ch}_judge_raw"] = verdict.raw
             self.record_asks(record, f"{ch}_judge", verdict, with_fallback=False)
@@ -72,6 +74,31 @@ class Protocol(ABC):
             record[f"{ch}_{aspect}"] = int(verdict.value)
         if aspect == "relevance":
             record[f"{ch}_understood"] = self.understood(record[f"{ch}_relevance"])
+
+    def recorded_verdict(self, record: Mapping, ch: str, aspect: str | None) -> Verdict:
+        """The verdict `fill_verdict` wrote into ``record`` (the inverse of it), to replay a scored run; a
+        judge error when the record holds none."""
+        from cs3_tasks.judge.engine import JUDGE_ERROR, Verdict
+
+        prefix = f"{ch}_judge" if aspect is None else f"{ch}_{aspect}"
+        judged = f"{prefix}_model" in record or record.get(f"{prefix}_raw") is not None
+        if not judged and not record.get(f"{prefix}_error"):
+            return Verdict(value=None, raw=None, error=f"{JUDGE_ERROR}: no verdict in the records")
+        if aspect is None:
+            value = record.get(f"{ch}_judge")
+            fallback = record.get(f"{ch}_status") == "judge_unparsed"
+        else:
+            value = record.get(prefix)
+            fallback = bool(record.get(f"{prefix}_fallback"))
+        return Verdict(
+            value=value,
+            raw=record.get(f"{prefix}_raw"),
+            error=record.get(f"{prefix}_error"),
+            note=record.get(f"{prefix}_note"),
+            asks=record.get(f"{prefix}_asks", 1),
+            fallback=fallback,
+            model=record.get(f"{prefix}_model"),
+        )
 
     def record_asks(self, record: dict, prefix: str, verdict: Verdict, *, with_fallback: bool) -> None:
         """Record how many asks a verdict took (only protocols that re-ask do)."""

@@ -317,9 +317,11 @@ class ReferenceProtocol(Protocol):
         summary["comparable_to_paper"] = dict(settings.get("comparable_to_paper") or {})
         notes = []
         if not settings.get("asr_is_reference"):
+            asr = settings.get("asr") or {}
+            used = asr.get("source") or f"{asr.get('backend')} {(asr.get('model') or {}).get('name')}"
             notes.append(
-                f"speech channel ASR is {settings.get('asr_backend')} {settings.get('asr_model')}, not "
-                "Whisper-large-v3 through transformers: its numbers are not comparable to the paper"
+                f"speech channel ASR is {used}, not Whisper-large-v3 through transformers: its numbers are "
+                "not comparable to the paper"
             )
         if settings.get("judge") is None:
             notes.append(
