@@ -114,6 +114,16 @@ def test_belle_character_error_rate_on_every_fifth_clip(belle_sample):
 
 
 @pytest.mark.slow
+def test_belle_transcripts_equal_the_golden_file(belle_sample):
+    """The pinned engine hears every fifth BELLE clip as tests/golden/asr_transcripts.json says (the demo
+    half: tests/test_reproducible.py, which also says how to refresh the file)."""
+    from test_reproducible import assert_golden
+
+    sample, transcripts = belle_sample
+    assert_golden("belle", {wav.stem: t.text for (wav, _), t in zip(sample, transcripts)})
+
+
+@pytest.mark.slow
 def test_path_bytes_array_and_dict_inputs_give_equal_transcripts(whisper_base):
     wav, reference = _belle_pairs()[0]
     raw = wav.read_bytes()

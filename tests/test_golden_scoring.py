@@ -145,3 +145,45 @@ def test_demo_scoring_equals_the_golden_files(tmp_path, judge_server, fake_asr, 
             assert result[protocol]["files"][name] == content, (
                 f"{protocol}: {name} differs from the golden file"
             )
+        _rescored_elsewhere_is_the_same(tmp_path, protocol, result[protocol]["exit_code"], monkeypatch)
+
+
+def _rescored_elsewhere_is_the_same(tmp_path: Path, protocol: str, exit_code: int, monkeypatch) -> None:
+    """``score --from-results`` on a copy of the results under another HOME, with no ASR, no judge and no key:
+    the same records, byte-identical summaries and leaderboard, the report of the copy, the same exit code."""
+    import shutil
+
+    original, copy = tmp_path / f"results-{protocol}", tmp_path / "elsewhere" / f"results-{protocol}"
+    shutil.copytree(original, copy, ignore=shutil.ignore_patterns(".cs3-bench*", "report"))
+    monkeypatch.setenv("HOME", str(tmp_path / "elsewhere" / "home"))
+    monkeypatch.setenv("CS3_BENCH_CACHE", str(tmp_path / "elsewhere" / "cache"))
+    for name in ("DASHSCOPE_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CS3_BENCH_DATASET", "demo")  # the report's questions, as the scoring run had them
+    rescored = tmp_path / "elsewhere" / f"rescored-{protocol}"
+    argv = ["score", "--from-results", str(copy), "--out", str(rescored), "--dataset", "demo"]
+    assert cli.main(argv) == exit_code
+    for path in sorted(original.rglob("*")):
+        name = path.relative_to(original)
+        if path.suffix in (".json", ".jsonl", ".md", ".csv") and name.parts[0] != "report":
+            if name.name == "models.json" or name.name.startswith("."):  # the run's own statuses, local files
+                continue
+            assert (rescored / name).read_bytes() == path.read_bytes(), (
+                f"{protocol}: {name} re-scored differs"
+            )
+    assert (
+        cli.main(
+            ["report", *(str(copy / m) for m in ("demo-strong", "demo-weak")), "--html", str(copy / "r")]
+        )
+        == 0
+    )
+    for name in ("index.html", "items.js"):
+        assert (rescored / "report" / name).read_bytes() == (copy / "r" / name).read_bytes(), name
+    wrong = tmp_path / "elsewhere" / "en.json"  # another dataset with the same Qids: refused, named
+    wrong.write_text(json.dumps([{"Qid": "demo_knowledge-000", "Question": "?", "Answer": "x"}]), "utf-8")
+    only = tmp_path / "elsewhere" / f"only-knowledge-{protocol}"
+    shutil.copytree(copy / "demo-strong", only, ignore=shutil.ignore_patterns("knowledge_en*", "open*"))
+    assert (
+        cli.main(["score", "--from-results", str(only), "--out", str(only / "x"), "--dataset", str(wrong)])
+        == 2
+    )

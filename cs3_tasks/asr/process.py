@@ -66,6 +66,19 @@ def allocator_environment(environ: Mapping[str, str] | None = None) -> dict[str,
     return {**environ, "GLIBC_TUNABLES": malloc_tunables(environ.get("GLIBC_TUNABLES"))}
 
 
+def child_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ASR child's environment: ``environ`` (default: this process's) with our allocator settings, the
+    engine's code paths of every AVX2 machine (`numerics.engine_environment`, winning over the user's), and
+    this package importable from where the caller imports it (a checkout on sys.path, say)."""
+    environ = os.environ if environ is None else environ
+    env = allocator_environment(environ)
+    env.update(engine_environment(environ))
+    env[IN_PROCESS_ENV] = "1"  # the child holds the model itself
+    here = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, environ.get("PYTHONPATH")) if p)
+    return env
+
+
 class FasterWhisperProcess:
     """A FasterWhisperRunner in a child process (see the module docstring); one call at a time."""
 
@@ -92,17 +105,11 @@ class FasterWhisperProcess:
             self._stop()
 
     def _start(self) -> None:
-        env = allocator_environment()
-        env.update(engine_environment())  # the engine's code paths of every AVX2 machine (asr.numerics)
-        env[IN_PROCESS_ENV] = "1"  # the child holds the model itself
-        # the child imports this package from where the caller did (a checkout on sys.path, say)
-        here = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
         self._child = subprocess.Popen(
             [sys.executable, "-c", "from cs3_tasks.asr.process import main; main()"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env=env,
+            env=child_environment(),
         )
         try:
             self._exchange("load", self._load_args)

@@ -138,9 +138,9 @@ def run(args: argparse.Namespace) -> int:
 
 def run_from_results(source: Path, out: Path, dataset: str | None) -> int:
     """``cs3-bench score --from-results``: every result dir in ``source`` (itself, or its model folders)
-    re-scored from its records into ``out`` (one folder per model for a folder of them), then the
-    leaderboard and the HTML report as ``--outputs-root`` writes them."""
-    from cs3_tasks.cli.score_many import REPORT_FOLDER
+    re-scored from its records into ``out`` (one folder per model for a folder of them, then the leaderboard
+    and the HTML report as ``--outputs-root`` writes them); the exit codes of the run that made them."""
+    from cs3_tasks.cli import score_many as many
     from cs3_tasks.report import leaderboard as report
     from cs3_tasks.report.html import write_report_quietly
     from cs3_tasks.scoring.rescore import rescore_dir, scored_sets
@@ -157,20 +157,31 @@ def run_from_results(source: Path, out: Path, dataset: str | None) -> int:
         print(f"error: {source} holds no result dir (<set>.records.jsonl files)", file=sys.stderr)
         return 2
     summaries: dict[str, dict] = {}
+    statuses: dict[str, many.ModelStatus] = {}
     try:
         for name, result_dir in dirs.items():
             target = out if name is None else out / name
-            found = rescore_dir(result_dir, target, dataset)
+            found, outcome = rescore_dir(result_dir, target, dataset)
             model = next(iter(found.values())).get("model") or name or result_dir.name
             summaries[model] = found
+            status = statuses[model] = many.ModelStatus(outputs=result_dir.name, result_dir=target.name)
+            status.status = "scored" if outcome.exit_code == 0 else "incomplete"
+            status.exit_code, status.sets, status.error = (
+                outcome.exit_code,
+                list(outcome.sets),
+                outcome.message,
+            )
             print(f"re-scored {result_dir.name}: {', '.join(found)} -> {target}", file=sys.stderr)
+            if outcome.message:
+                print(f"error: {outcome.message}", file=sys.stderr)
     except ScoringError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     except OSError as exc:
         print(f"error: {file_system_error(exc)}", file=sys.stderr)
         return 2
-    if None not in dirs:  # a folder of models: its leaderboard and report too
-        print(report.write_leaderboard(out, summaries))
-        write_report_quietly(out / REPORT_FOLDER, [out / name for name in dirs], dataset)
-    return 0
+    if None in dirs:
+        return next(iter(statuses.values())).exit_code or 0
+    print(report.write_leaderboard(out, summaries, many.leaderboard_notes(statuses, {})))
+    write_report_quietly(out / many.REPORT_FOLDER, [out / name for name in dirs], dataset)
+    return many.overall_exit_code(statuses)

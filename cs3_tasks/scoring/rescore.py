@@ -25,6 +25,7 @@ from cs3_tasks.scoring.pipeline import (
     score_batch,
     unknown_id_problem,
 )
+from cs3_tasks.scoring.run import ScoreOutcome, scoring_outcome
 from cs3_tasks.scoring.settings import ScoringError
 from cs3_tasks.scoring.store import dataset_identity, read_records
 
@@ -102,8 +103,9 @@ def rescore_set(result_dir: Path, set_name: str, dataset: str | None) -> tuple[d
     return result, records
 
 
-def rescore_dir(result_dir: Path, out: Path, dataset: str | None) -> dict[str, dict]:
-    """Re-score every set of ``result_dir`` into ``out`` (records, settings, summaries); the summaries."""
+def rescore_dir(result_dir: Path, out: Path, dataset: str | None) -> tuple[dict[str, dict], ScoreOutcome]:
+    """Re-score every set of ``result_dir`` into ``out`` (records, settings, summaries): the summaries, and
+    how the run ends (incomplete, as the original run was, when most verdicts failed...)."""
     from cs3_tasks.core.cache import atomic_write
 
     sets = scored_sets(result_dir)
@@ -111,9 +113,10 @@ def rescore_dir(result_dir: Path, out: Path, dataset: str | None) -> dict[str, d
         raise ScoringError(f"{result_dir} holds no records (<set>.records.jsonl) to re-score")
     out = Path(out)
     found: dict[str, dict] = {}
+    every: list[dict] = []
     for set_name in sets:
         result, records = rescore_set(result_dir, set_name, dataset)
-        found[set_name] = result
+        found[set_name], every = result, every + records
         lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
         atomic_write(out / f"{set_name}.records.jsonl", lines)
         settings = json.dumps(result["settings"], indent=2, ensure_ascii=False) + "\n"
@@ -121,4 +124,4 @@ def rescore_dir(result_dir: Path, out: Path, dataset: str | None) -> dict[str, d
     summaries.attach_cs_vs_en(found)
     for result in found.values():
         summaries.write_summary(out, result)
-    return found
+    return found, scoring_outcome(out, every, found, sets, [])

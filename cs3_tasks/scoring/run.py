@@ -143,6 +143,16 @@ def _score_sets(
         markdown = summary.write_summary(out, result)
         if echo and set_name in set_names:
             print(markdown)
+    return scoring_outcome(out, records, summaries, set_names, empty)
+
+
+def scoring_outcome(
+    out: Path, records: list[dict], summaries: Mapping[str, dict], set_names: list[str], empty: list[str]
+) -> ScoreOutcome:
+    """How a scored run ended (`ScoreOutcome`): incomplete (3) when most judge verdicts failed or are
+    unparsed, a set had no rows, or most items of a set have no response on a channel; else scored (0)."""
+    from cs3_tasks.scoring import summary
+
     failed, asked = judge_failures(records)
     if 2 * failed > asked:
         message = (
