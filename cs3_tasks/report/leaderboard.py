@@ -15,6 +15,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from cs3_tasks.asr import describe_fingerprint
 from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.data import SETS
 from cs3_tasks.scoring.records import CHANNELS
@@ -120,6 +121,11 @@ def leaderboard_rows(models: Mapping[str, Mapping[str, dict]]) -> list[dict]:
         # verdicts no judge reply held (reference: counted wrong, as the authors' code does): said, not hidden
         row["judge_unparsed"] = sum((s or {}).get("n_judge_unparsed") or 0 for s in summaries.values())
         row["judge_verdicts"] = sum((s or {}).get("n_judge_verdicts") or 0 for s in summaries.values())
+        # which ASR heard the speech channel, by identity (`asr.fingerprint`): rows compare only if equal
+        heard_by = sorted(
+            {describe_fingerprint((s.get("settings") or {}).get("asr")) for s in summaries.values() if s}
+        )
+        row["asr"] = heard_by[0] if len(heard_by) == 1 else "mixed: " + " / ".join(heard_by)
         rows.append(row)
 
     def sort_key(row: dict) -> tuple:
@@ -176,7 +182,19 @@ def leaderboard_markdown(rows: Sequence[dict], notes: Sequence[str] = ()) -> str
         if row.get("judge_unparsed")
     ]
     extra = ["", *unparsed, *notes] if notes or unparsed else []
-    return "\n".join(lines + legend + extra) + "\n"
+    return "\n".join(lines + legend + asr_lines(rows) + extra) + "\n"
+
+
+def asr_lines(rows: Sequence[dict]) -> list[str]:
+    """What transcribed the speech channel: one line when every row shares it, else one per model (its
+    speech numbers are then not comparable across rows)."""
+    heard_by = {row.get("asr") for row in rows if row.get("asr")}
+    if not heard_by:
+        return []
+    if len(heard_by) == 1:
+        return ["", f"Speech channel ASR: {next(iter(heard_by))}."]
+    lines = ["", "Speech channel ASR differs between rows (their speech numbers are not comparable):"]
+    return lines + [f"- {_cell(row['model'])}: {row.get('asr')}" for row in rows]
 
 
 def write_csv(path: Path, rows: Sequence[dict]) -> None:
