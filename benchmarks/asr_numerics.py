@@ -75,7 +75,7 @@ def main() -> int:
         results[name] = json.loads(done.stdout.strip().splitlines()[-1])
         print(f"{name}: {results[name]['seconds']:.1f} s", file=sys.stderr)
     base = results["portable (default)"]
-    print(f"{len(paths)} {args.audio} clips, default ASR (transcribe_batch, no cache), one fresh process each\n")
+    print(f"{len(paths)} {args.audio} clips, default ASR (transcribe_batch, no cache), one process each\n")
     print("| setting | ASR seconds | vs portable | transcripts differing from portable |")
     print("| --- | ---: | ---: | ---: |")
     for name, result in results.items():
