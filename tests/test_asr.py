@@ -439,6 +439,22 @@ def test_cache_keys_on_content_language_and_model(fake_runner):
     assert fake_runner.calls == 7
 
 
+def test_an_upgraded_engine_never_reuses_another_engines_transcripts(fake_runner, monkeypatch):
+    from cs3_tasks.asr import fingerprint
+
+    a = _clip(0.1)
+    transcribe_batch([a], model="m1", progress=False)
+    transcribe_batch([a], model="m1", progress=False)
+    assert fake_runner.calls == 1
+    installed = fingerprint.engine_versions("faster-whisper")
+    monkeypatch.setattr(fingerprint, "engine_versions", lambda backend: {**installed, "ctranslate2": "9.9.9"})
+    transcribe_batch([a], model="m1", progress=False)  # another engine version: heard again
+    assert fake_runner.calls == 2
+    monkeypatch.setenv(asr.NUMERICS_ENV, "native")  # another arithmetic: heard again
+    transcribe_batch([a], model="m1", progress=False)
+    assert fake_runner.calls == 3
+
+
 def test_failures_are_reported_per_item_and_not_cached(fake_runner):
     good, flaky = _clip(0.1), _clip(0.25)
     first = transcribe_batch([good, flaky, good], model="m", progress=False)

@@ -189,3 +189,29 @@ def test_a_resume_with_another_engine_is_refused_naming_the_field(tmp_path, fake
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert f"asr.engine.ctranslate2: {installed['ctranslate2']!r} -> '9.9.9'" in err and "--restart" in err
+
+
+def test_an_outputs_root_rerun_with_another_engine_names_the_field_per_model(
+    tmp_path, fake_asr, monkeypatch, capsys
+):
+    out = tmp_path / "results"
+    fake_asr(lambda audio, language: "")
+    argv = [
+        "score",
+        "--outputs-root",
+        str(DEMO),
+        "--out",
+        str(out),
+        "--set",
+        "knowledge",
+        "--dataset",
+        "demo",
+    ]
+    argv += ["--no-judge", "--no-progress", "--asr-model", "fake-asr"]
+    assert cli.main(argv) == 0
+    installed = fingerprint.engine_versions("faster-whisper")
+    monkeypatch.setattr(fingerprint, "engine_versions", lambda backend: {**installed, "ctranslate2": "9.9.9"})
+    assert cli.main(argv) == 3  # every model refused: nothing of two engines is mixed
+    models = json.loads((out / "models.json").read_text(encoding="utf-8"))["models"]
+    assert {m: s["status"] for m, s in models.items()} == {"demo-strong": "failed", "demo-weak": "failed"}
+    assert all("asr.engine.ctranslate2" in s["error"] for s in models.values())
