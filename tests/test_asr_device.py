@@ -72,3 +72,18 @@ def test_faster_whisper_gets_device_index_compute_type_and_thread_share(gpus, mo
     )
     assert made[1][1]["device"] == "cpu" and made[1][1]["compute_type"] == "int8"
     assert made[1][1]["cpu_threads"] == max(1, len(os.sched_getaffinity(0)) // 2)  # two ranks share the cores
+
+
+def test_a_gpu_that_is_not_there_is_one_line_before_any_work(tmp_path, fake_asr, monkeypatch, capsys):
+    from pathlib import Path
+
+    from cs3_tasks import cli
+
+    monkeypatch.setattr(asr_device_module, "_cuda_device_count", lambda: 0)
+    demo = Path(cli.__file__).resolve().parents[1] / "demo" / "responses" / "demo-strong"
+    argv = ["score", "--outputs", str(demo), "--set", "knowledge", "--out", str(tmp_path / "r")]
+    argv += ["--dataset", "demo", "--no-judge", "--asr-device", "cuda"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ASR device cuda requested but no CUDA device is visible")
+    assert "Traceback" not in err and not (tmp_path / "r").exists()  # nothing was started

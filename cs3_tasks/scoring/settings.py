@@ -132,7 +132,7 @@ def settings_from_options(options: Mapping[str, Any], *, reference_prompts: bool
     builder of a judge from options) and, for the reference protocol with a judge, the authors' prompts read
     from their scripts (not with ``reference_prompts=False``: a scorer that does not use them, e.g. BELLE's).
     ScoringError naming the cause before any work starts."""
-    from cs3_tasks.asr import AsrConfig, check_backend, default_backend
+    from cs3_tasks.asr import AsrConfig, AsrModelError, asr_device, check_backend, default_backend
     from cs3_tasks.judge import JudgeConfigError, judge_config_from_options, option_value
     from cs3_tasks.scoring.protocols import reference
 
@@ -152,7 +152,8 @@ def settings_from_options(options: Mapping[str, Any], *, reference_prompts: bool
         )
         asr_config = protocol_asr(asr_config, protocol, chosen=bool(backend or model))
         asr_config.resolved()  # an unknown short-clip decoding fails now, not after generation
-    except (JudgeConfigError, ValueError) as exc:
+        asr_device(asr_config.device)  # so does a GPU that is not there
+    except (JudgeConfigError, AsrModelError, ValueError) as exc:
         raise ScoringError(str(exc)) from None
     templates = None
     if protocol == "reference" and judge_config is not None and reference_prompts:
