@@ -44,6 +44,7 @@ from cs3_tasks.scoring.records import (
     EXPECTED_LANGUAGE,
     blank_record,
 )
+from cs3_tasks.scoring.replay import RecordedTranscripts, RecordedVerdicts
 
 # Speech-channel judge requests are sent in chunks of this many records, so that finished records are
 # written while the rest is still being judged (the judge bounds requests in flight inside each chunk).
@@ -63,36 +64,6 @@ def unknown_id_problem(noun: str, qid: str, set_name: str) -> str:
 def asr_failed_problem(error: str) -> str:
     """The problem of an item whose speech could not be transcribed."""
     return f"ASR failed: {error}"
-
-
-@dataclass(frozen=True)
-class RecordedTranscripts:
-    """The ASR of a scored run, replayed from its records (by Qid): each item's transcript, language, error
-    and note as recorded. Nothing is heard."""
-
-    records: Mapping[str, Mapping]
-
-    def transcript(self, qid: str):
-        from cs3_tasks.asr import Transcript
-
-        record = self.records.get(qid) or {}
-        note = record.get("asr_note")
-        if record.get("asr_error"):
-            return Transcript("", None, error=record["asr_error"], note=note)
-        if record.get("transcript") is None:
-            return Transcript("", None, error="asr_error: no transcript in the records", note=note)
-        return Transcript(record["transcript"], record.get("asr_language"), note=note)
-
-
-@dataclass(frozen=True)
-class RecordedVerdicts:
-    """The judge of a scored run, replayed from its records (by Qid, channel and aspect): each verdict as
-    recorded (`Protocol.recorded_verdict`). Nothing is asked; a verdict the records lack is a judge error."""
-
-    records: Mapping[str, Mapping]
-
-    def verdict(self, protocol: Protocol, qid: str, channel: str, aspect: str | None) -> Verdict:
-        return protocol.recorded_verdict(self.records.get(qid) or {}, channel, aspect)
 
 
 @dataclass

@@ -17,14 +17,8 @@ from pathlib import Path
 from cs3_tasks.core.data import SETS, load_docs
 from cs3_tasks.scoring import summary as summaries
 from cs3_tasks.scoring.outputs import ModelOutput, join_problems
-from cs3_tasks.scoring.pipeline import (
-    RecordedTranscripts,
-    RecordedVerdicts,
-    asr_failed_problem,
-    no_output_problem,
-    score_batch,
-    unknown_id_problem,
-)
+from cs3_tasks.scoring.pipeline import asr_failed_problem, no_output_problem, score_batch, unknown_id_problem
+from cs3_tasks.scoring.replay import RecordedTranscripts, RecordedVerdicts
 from cs3_tasks.scoring.run import ScoreOutcome, scoring_outcome
 from cs3_tasks.scoring.settings import ScoringError
 from cs3_tasks.scoring.store import dataset_identity, read_records
