@@ -21,53 +21,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-SETTING_KEYS = (
-    "protocol",
-    "reference_scripts",
-    "asr_model",
-    "asr_backend",
-    "asr_short_clips",
-    "asr_device",
-    "judge",
-    "judge_model",
-    "judge_base_url",
-)
+from cs3_tasks.scoring.options import METADATA_KEYS, MetadataError, check_metadata
+
+__all__ = ["RUN", "SETTING_KEYS", "LmEvalRun", "MetadataError", "check_metadata"]
+
+# the run's setting keys of --metadata: the run options lm-eval takes (cs3_tasks/scoring/options.py)
+SETTING_KEYS = METADATA_KEYS
 _MAX_SUMMARIES = 64
-# lm-eval hands a task loader its --metadata merged with the model's model_args and the YAML's metadata,
-# so keys we do not know are legitimate; a key that looks like ours (judge_*, or a near miss) is a typo.
-# Not "asr_*": cs3-cascade has model_args asr_language / asr_use_cache; a near miss cutoff of 0.85 keeps
-# tts_backend (0.82 to asr_backend) out.
-OUR_PREFIXES = ("judge_",)
-OUR_KEYS = ("dataset", *SETTING_KEYS)
-_TYPES: dict[str, tuple[type, ...]] = {"judge": (str, bool)}
-
-
-class MetadataError(ValueError):
-    """The cs3 keys of lm-eval's --metadata are misspelled or of the wrong type (raised when the task
-    loads, before any generation)."""
-
-
-def check_metadata(metadata: Mapping[str, Any]) -> None:
-    """MetadataError listing every misspelled cs3 key (with the nearest known keys) and every value of the
-    wrong type; nothing when the cs3 keys are fine."""
-    import difflib
-
-    problems = []
-    for key, value in metadata.items():
-        if key in OUR_KEYS:
-            allowed = _TYPES.get(key, (str,))
-            if value is not None and not isinstance(value, allowed):
-                names = " or ".join(t.__name__ for t in allowed)
-                problems.append(f"{key!r} must be a {names}, got {type(value).__name__} {value!r}")
-            continue
-        near = difflib.get_close_matches(str(key), OUR_KEYS, n=3, cutoff=0.85)
-        if near or str(key).startswith(OUR_PREFIXES):
-            hint = f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
-            problems.append(f"unknown key {key!r}{hint}")
-    if problems:
-        raise MetadataError(
-            "cs3 --metadata: " + "; ".join(problems) + f". Known keys: {', '.join(OUR_KEYS)}."
-        )
 
 
 class LmEvalRun:
@@ -85,8 +45,7 @@ class LmEvalRun:
         if self.records:  # the previous run's filters ran: this loader belongs to a new run
             self.records.clear()
             self._summaries.clear()
-        check_metadata(metadata)
-        self.settings = {k: metadata[k] for k in SETTING_KEYS if k in metadata}
+        self.settings = check_metadata(metadata)  # every key and value checked as the command line checks it
         return self.settings
 
     def describe(self, note: Mapping[str, Any]) -> None:

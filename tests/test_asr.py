@@ -802,17 +802,20 @@ def test_openai_whisper_runs_a_tiny_local_checkpoint(tmp_path):
 def test_asr_arguments_give_one_config_with_env_defaults(monkeypatch):
     import argparse
 
+    from cs3_tasks.scoring.options import SCORE, add_run_options
+    from cs3_tasks.scoring.settings import asr_config_from_options
+
     parser = argparse.ArgumentParser()
-    asr.add_asr_arguments(parser)
+    add_run_options(parser, SCORE)
     monkeypatch.delenv(asr.BACKEND_ENV, raising=False)
-    config = asr.asr_config_from_args(parser.parse_args([]))
+    config = asr_config_from_options(vars(parser.parse_args([])))
     assert config == asr.AsrConfig(backend="faster-whisper", model=None, short_clips=None)
     monkeypatch.setenv(asr.BACKEND_ENV, "openai-whisper")
-    assert asr.asr_config_from_args(parser.parse_args([])).backend == "openai-whisper"
+    assert asr_config_from_options(vars(parser.parse_args([]))).backend == "openai-whisper"
     given = parser.parse_args(
         ["--asr-backend", "faster-whisper", "--asr-model", "m", "--asr-short-clips", "batched"]
     )
-    assert asr.asr_config_from_args(given) == asr.AsrConfig("faster-whisper", "m", "batched")
+    assert asr_config_from_options(vars(given)) == asr.AsrConfig("faster-whisper", "m", "batched")
     with pytest.raises(SystemExit):
         parser.parse_args(["--asr-short-clips", "tiled"])
 

@@ -17,9 +17,8 @@ from cs3_tasks.judge import (
     OpenEndedItem,
     UnparseableReply,
     Verdict,
-    add_judge_arguments,
     ask_batch,
-    judge_config_from_args,
+    judge_config_from_options,
     judge_conversation,
     judge_knowledge,
     judge_open_ended,
@@ -502,8 +501,14 @@ def test_from_env_precedence(monkeypatch):
 def test_cli_helpers(monkeypatch, tmp_path):
     for var in ("CS3_JUDGE_BASE_URL", "CS3_JUDGE_MODEL", "CS3_JUDGE_API_KEY_ENV", "DASHSCOPE_API_KEY"):
         monkeypatch.delenv(var, raising=False)
+    from cs3_tasks.scoring.options import SCORE, add_run_options
+
     parser = argparse.ArgumentParser()
-    add_judge_arguments(parser)
+    add_run_options(parser, SCORE)
+
+    def judge_config_from_args(args):
+        return judge_config_from_options(vars(args))
+
     assert judge_config_from_args(parser.parse_args(["--no-judge"])) is None
     with pytest.raises(JudgeConfigError, match="DASHSCOPE_API_KEY"):
         judge_config_from_args(parser.parse_args([]))

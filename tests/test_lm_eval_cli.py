@@ -105,7 +105,8 @@ def _lm_eval_run(tmp_path: Path, cache: Path, out: Path) -> subprocess.Completed
             "--limit",
             "3",
             "--metadata",
-            json.dumps({"dataset": "demo", "judge": "none"}),
+            # the options `cs3-bench score` takes are keys here too (issue 30): checked, same meaning
+            json.dumps({"dataset": "demo", "judge": "none", "judge_timeout": 5, "judge_concurrency": 2}),
             "--use_cache",
             str(cache),
             "--log_samples",
@@ -147,6 +148,8 @@ def test_lm_eval_run_use_cache_and_log_samples(tmp_path):
     # the results and the printed table say how the run was scored (issue 23 item 1)
     assert results["cs3"]["protocol"] == "reference" and results["cs3"]["judge"] is None
     assert results["cs3"]["comparable_to_paper"] == {"text": False, "speech": False}
+    # and by identity which ASR heard the speech (issue 29), no local path
+    assert results["cs3"]["asr"]["model"]["name"] == "whisper-base-ct2" and results["cs3"]["asr"]["engine"]
     assert "cs3: protocol reference, no judge (keyword-only lower bounds)" in first.stdout
 
 

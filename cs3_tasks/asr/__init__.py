@@ -4,7 +4,6 @@
 cs3_tasks.asr.transcribe documents the decoding modes). The modules, one job each:
 
 - ``config``: backends, models, DecodingOptions, AsrConfig, Transcript, AsrModelError (no model loaded)
-- ``arguments``: the shared ``--asr-*`` command-line options
 - ``offline``: the offline Whisper-base of the `offline` extra, joined once
 - ``numerics``: arithmetic that gives the same transcripts on every AVX2 machine
 - ``fingerprint``: what a transcript depends on, by identity (results and cache keys)
@@ -17,7 +16,6 @@ cs3_tasks.asr.transcribe documents the decoding modes). The modules, one job eac
 
 from __future__ import annotations
 
-from cs3_tasks.asr.arguments import add_asr_arguments, asr_config_from_args
 from cs3_tasks.asr.config import (
     BACKEND_ENV,
     BACKENDS,
@@ -95,9 +93,7 @@ __all__ = [
     "PlacedClip",
     "Runner",
     "Transcript",
-    "add_asr_arguments",
     "asr_fingerprint",
-    "asr_config_from_args",
     "asr_device",
     "batch_size_for",
     "check_backend",

@@ -108,8 +108,10 @@ class AsrConfig:
     device: str | None = None
 
     def resolved(self) -> AsrConfig:
-        """Every field filled in from the environment and defaults (what a report records)."""
+        """Every field filled in from the environment and defaults (what a report records); ValueError for
+        an unknown backend or short-clip decoding."""
         backend = self.backend or default_backend()
+        check_backend(backend)
         return AsrConfig(
             backend=backend,
             model=self.model or default_model(backend),

@@ -6,7 +6,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from cs3_tasks import asr
 from cs3_tasks.build import tts
 from cs3_tasks.build.config import (
     DEFAULT_MAX_CER,
@@ -18,6 +17,8 @@ from cs3_tasks.build.config import (
 from cs3_tasks.build.corrections import CorrectionsError
 from cs3_tasks.build.dataset import build_dataset
 from cs3_tasks.core import data
+from cs3_tasks.scoring.options import BUILD, add_run_options
+from cs3_tasks.scoring.settings import asr_config_from_options
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -52,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help=f"cosyvoice2 model directory (default ${tts.COSYVOICE_MODEL_ENV})",
     )
-    asr.add_asr_arguments(parser)  # the ASR of the QC round trip
+    add_run_options(parser, BUILD)  # the ASR of the QC round trip (scoring/options.py)
     parser.add_argument(
         "--qc",
         choices=QC_MODES,
@@ -93,7 +94,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        asr_config = asr.asr_config_from_args(args)
+        asr_config = asr_config_from_options(vars(args))
     except ValueError as err:  # an unknown $CS3_ASR_BACKEND
         print(f"build-dataset: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT

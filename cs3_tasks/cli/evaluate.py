@@ -22,6 +22,7 @@ from typing import Any
 
 from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.data import SETS
+from cs3_tasks.scoring.options import DEMO, add_run_options, options_of
 
 DEMO_RESPONSES = Path(__file__).resolve().parents[1] / "demo" / "responses"
 
@@ -184,11 +185,6 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", type=Path, default=Path("cs3_demo"), help="output folder (default ./cs3_demo)"
     )
     parser.add_argument(
-        "--dataset",
-        default="demo",
-        help="dataset for the tasks: 'demo' (embedded), a local build dir or a Hub id",
-    )
-    parser.add_argument(
         "--responses",
         type=Path,
         default=DEMO_RESPONSES,
@@ -196,25 +192,8 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--systems", nargs="*", default=None, help="sub-folders to run (default: all)")
     parser.add_argument("--tasks", default="cs3", help="lm-eval tasks or groups (default: cs3)")
-    parser.add_argument("--asr-model", default=None, help="ASR model (default: the offline Whisper-base)")
-    parser.add_argument(
-        "--judge",
-        default="none",
-        help='the judge: "none" (default: keyword-only accuracy, a lower bound of the benchmark\'s number, '
-        'and open-ended judge scores n/a), a preset name of cs3_tasks.judge, or "env" ($CS3_JUDGE_*)',
-    )
-    parser.add_argument("--no-judge", action="store_true", help="same as --judge none")
-    parser.add_argument(
-        "--protocol",
-        choices=("reference", "cs3"),
-        default="reference",
-        help="scoring protocol (default reference: the authors' scoring; cs3: our audit protocol)",
-    )
-    parser.add_argument(
-        "--reference-scripts",
-        default=None,
-        help="the authors' VocalBench-zh checkout, for the reference judge prompts ($CS3_REFERENCE_SCRIPTS)",
-    )
+    # the run options of lm-eval's --metadata, declared once (scoring/options.py); the demo's own defaults
+    add_run_options(parser, DEMO, dataset="demo", judge="none")
     parser.add_argument("--limit", type=int, default=None, help="items per task (lm-eval --limit)")
 
 
@@ -227,12 +206,13 @@ def run_demo(args: argparse.Namespace) -> int:
     if not systems:
         print(f"error: no demo systems found in {responses}", file=sys.stderr)
         return 2
-    metadata: dict[str, Any] = {"dataset": args.dataset, "protocol": getattr(args, "protocol", "reference")}
-    if getattr(args, "reference_scripts", None):
-        metadata["reference_scripts"] = str(args.reference_scripts)
-    if args.asr_model:
-        metadata["asr_model"] = args.asr_model
-    metadata["judge"] = "none" if args.no_judge else args.judge
+    # every run option given on the command line reaches lm-eval's --metadata under its own key
+    metadata: dict[str, Any] = {
+        o.key: getattr(args, o.key) for o in options_of(DEMO) if getattr(args, o.key) not in (None, False)
+    }
+    named = {"judge_preset", "judge_model", "judge_base_url"} & set(metadata)
+    if named and metadata.get("judge") == "none" and not args.no_judge:  # a judge was described: it runs
+        metadata["judge"] = "env"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     per_model: dict[str, dict[str, dict]] = {}

@@ -7,14 +7,12 @@ import sys
 from pathlib import Path
 
 from cs3_tasks.core.data import SETS
-from cs3_tasks.scoring.records import DEFAULT_PROTOCOL, PROTOCOLS
+from cs3_tasks.scoring.options import SCORE, add_run_options
 from cs3_tasks.scoring.run import ScoreJob, file_system_error, score_outputs
 from cs3_tasks.scoring.settings import ScoringError, settings_from_options
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from cs3_tasks import asr, judge
-
     inputs = parser.add_mutually_exclusive_group(required=True)
     inputs.add_argument(
         "--outputs",
@@ -46,33 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "summary each + cs-vs-en); the default with --outputs-root",
     )
     parser.add_argument(
-        "--protocol",
-        choices=PROTOCOLS,
-        default=DEFAULT_PROTOCOL,
-        help="reference (default): the authors' scoring, comparable with the paper; cs3: our stricter audit "
-        "protocol (normalised keywords, strict parsing, judge errors excluded and counted)",
-    )
-    parser.add_argument(
-        "--reference-scripts",
-        default=None,
-        help="the authors' VocalBench-zh checkout (or its utils/) for the reference judge prompts "
-        "(default: $CS3_REFERENCE_SCRIPTS, else the pinned download, cached)",
-    )
-    parser.add_argument(
-        "--use-given-transcripts",
-        action="store_true",
-        help="score the speech channel on json_asr/cs_<set>.json's Response_hyp instead of running ASR",
-    )
-    parser.add_argument(
         "--out",
         required=True,
         type=Path,
         help="result dir (records, summary); with --outputs-root: one result dir per model + the leaderboard",
-    )
-    parser.add_argument(
-        "--dataset",
-        default=None,
-        help="dataset: Hub id, local build dir, 'demo', or a source JSON file of the set",
     )
     parser.add_argument(
         "--model-name",
@@ -86,8 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--wait", action="store_true", help="wait for another run on the same --out (default: refuse)"
     )
-    asr.add_asr_arguments(parser)
-    judge.add_judge_arguments(parser)
+    add_run_options(parser, SCORE)  # the run options, declared once (scoring/options.py)
 
 
 def run(args: argparse.Namespace) -> int:

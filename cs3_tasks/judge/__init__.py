@@ -11,8 +11,6 @@ judge_error), `tasks` (the cs3 protocol's knowledge / open-ended / conversation 
 from __future__ import annotations
 
 from cs3_tasks.judge.arguments import (
-    add_judge_arguments,
-    judge_config_from_args,
     judge_config_from_options,
     option_value,
 )
@@ -81,7 +79,6 @@ __all__ = [
     "OpenEndedItem",
     "UnparseableReply",
     "Verdict",
-    "add_judge_arguments",
     "ask_batch",
     "bounded_messages",
     "bounded_reply",
@@ -89,7 +86,6 @@ __all__ = [
     "conversation_prompt",
     "default_api_key_env",
     "is_local_url",
-    "judge_config_from_args",
     "judge_config_from_options",
     "option_value",
     "judge_conversation",

@@ -8,6 +8,7 @@ temperature 0 through DashScope's OpenAI-compatible endpoint); any other endpoin
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import re
 from dataclasses import dataclass, fields
@@ -145,8 +146,10 @@ class JudgeConfig:
             raise JudgeConfigError("judge model is empty: set --judge-model or $CS3_JUDGE_MODEL")
         if self.max_concurrency < 1:
             raise JudgeConfigError(f"judge max_concurrency must be >= 1, got {self.max_concurrency}")
-        if self.timeout <= 0:
-            raise JudgeConfigError(f"judge timeout must be > 0 s, got {self.timeout}")
+        if not (math.isfinite(self.timeout) and 0 < self.timeout <= 3600):  # inf: no bound; nan: always late
+            raise JudgeConfigError(
+                f"judge timeout must be a finite number of seconds in (0, 3600], got {self.timeout}"
+            )
         if self.max_retries < 0:
             raise JudgeConfigError(f"judge max_retries must be >= 0, got {self.max_retries}")
         key = self.api_key()

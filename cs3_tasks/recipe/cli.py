@@ -8,7 +8,8 @@ import logging
 import sys
 from pathlib import Path
 
-from cs3_tasks.asr import add_asr_arguments, asr_config_from_args
+from cs3_tasks.scoring.options import BUILD_DATA, add_run_options
+from cs3_tasks.scoring.settings import asr_config_from_options
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="QC: min share of the English words heard (<0: off)",
     )
     b.add_argument("--progress", action="store_true")
-    add_asr_arguments(b)  # the ASR of the round trip
+    add_run_options(b, BUILD_DATA)  # the ASR of the round trip (scoring/options.py)
 
     t = sub.add_parser("train", help="LoRA training (transformers Trainer; use accelerate launch for GPUs)")
     t.add_argument("--config", type=Path, required=True, help="training YAML (see recipe/configs/)")
@@ -76,7 +77,7 @@ def _run_build_data(args: argparse.Namespace) -> int:
     from cs3_tasks.recipe.transforms import TransformConfig
 
     try:
-        asr_config = asr_config_from_args(args)
+        asr_config = asr_config_from_options(vars(args))
     except ValueError as exc:  # an unknown $CS3_ASR_BACKEND
         print(f"error: {exc}", file=sys.stderr)
         return 2

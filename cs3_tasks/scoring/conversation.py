@@ -289,7 +289,7 @@ def summary_markdown(summary: Mapping, model: str = "model") -> str:
 
 
 def add_arguments(parser) -> None:
-    from cs3_tasks import asr, judge
+    from cs3_tasks.scoring.options import CONVERSATION, add_run_options
 
     parser.add_argument(
         "--outputs",
@@ -304,9 +304,6 @@ def add_arguments(parser) -> None:
         "--pair", default=None, help=f"language pair name or YAML (default {BELLE_PAIR} for {BELLE_SET})"
     )
     parser.add_argument(
-        "--dataset", default=None, help="dataset build dir, BELLE folder (test.tsv + wav/) or Hub id"
-    )
-    parser.add_argument(
         "--out", required=True, type=Path, help="result dir: <set>.records.jsonl, .summary.json/.md"
     )
     parser.add_argument("--model-name", default=None)
@@ -314,8 +311,7 @@ def add_arguments(parser) -> None:
         "--restart", action="store_true", help="discard existing records (caches still make the re-run cheap)"
     )
     parser.add_argument("--no-progress", action="store_true")
-    asr.add_asr_arguments(parser)
-    judge.add_judge_arguments(parser)
+    add_run_options(parser, CONVERSATION)  # dataset, ASR, judge: declared once (scoring/options.py)
 
 
 def run(args) -> int:
@@ -324,17 +320,17 @@ def run(args) -> int:
     import json
     import sys
 
-    from cs3_tasks import asr, judge
+    from cs3_tasks import judge
     from cs3_tasks.build.conversation_data import load_conversation_set
     from cs3_tasks.core.cache import atomic_write
     from cs3_tasks.core.languages import load_pair
     from cs3_tasks.scoring.outputs import read_outputs
-    from cs3_tasks.scoring.settings import run_settings
+    from cs3_tasks.scoring.settings import asr_config_from_options, run_settings
     from cs3_tasks.scoring.store import RecordsFile, SettingsMismatchError
 
     try:
-        judge_config = judge.judge_config_from_args(args)  # fails before any work starts
-        asr_config = asr.asr_config_from_args(args)
+        judge_config = judge.judge_config_from_options(vars(args))  # fails before any work starts
+        asr_config = asr_config_from_options(vars(args))
         pair = load_pair(args.pair or (BELLE_PAIR if args.set_name == BELLE_SET else None))
     except (judge.JudgeConfigError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -126,13 +126,33 @@ class ScoringSettings:
         )
 
 
+def asr_config_from_options(options: Mapping[str, Any]) -> AsrConfig:
+    """The ASR of a run's options (``asr_backend``, ``asr_model``, ``asr_short_clips``, ``asr_device``: a
+    command line's or lm-eval's ``--metadata``), resolved and checked once: an unknown backend or short-clip
+    decoding, or a GPU that is not there, is a ValueError naming it before any work."""
+    from cs3_tasks.asr import AsrConfig, AsrModelError, asr_device, default_backend
+    from cs3_tasks.judge import option_value
+
+    config = AsrConfig(
+        backend=option_value(options, "asr_backend") or default_backend(),
+        model=option_value(options, "asr_model") or None,
+        short_clips=option_value(options, "asr_short_clips") or None,
+        device=option_value(options, "asr_device") or None,
+    )
+    config.resolved()  # checks the backend and the short-clip decoding
+    try:
+        asr_device(config.device)
+    except AsrModelError as exc:
+        raise ValueError(str(exc)) from None
+    return config
+
+
 def settings_from_options(options: Mapping[str, Any], *, reference_prompts: bool = True) -> ScoringSettings:
     """The one validator of a run's options, for ``cs3-bench score`` (its parsed options as a mapping) and
     for lm-eval's ``--metadata`` alike: the protocol, the ASR, the judge (`judge_config_from_options`, the one
     builder of a judge from options) and, for the reference protocol with a judge, the authors' prompts read
     from their scripts (not with ``reference_prompts=False``: a scorer that does not use them, e.g. BELLE's).
     ScoringError naming the cause before any work starts."""
-    from cs3_tasks.asr import AsrConfig, AsrModelError, asr_device, check_backend, default_backend
     from cs3_tasks.judge import JudgeConfigError, judge_config_from_options, option_value
     from cs3_tasks.scoring.protocols import reference
 
@@ -140,20 +160,10 @@ def settings_from_options(options: Mapping[str, Any], *, reference_prompts: bool
     try:
         check_protocol(protocol)
         judge_config = judge_config_from_options(options)
-        backend = option_value(options, "asr_backend") or None
-        model = option_value(options, "asr_model") or None
-        resolved_backend = backend or default_backend()
-        check_backend(resolved_backend)
-        asr_config = AsrConfig(
-            backend=resolved_backend,
-            model=model,
-            short_clips=option_value(options, "asr_short_clips") or None,
-            device=option_value(options, "asr_device") or None,
-        )
-        asr_config = protocol_asr(asr_config, protocol, chosen=bool(backend or model))
-        asr_config.resolved()  # an unknown short-clip decoding fails now, not after generation
-        asr_device(asr_config.device)  # so does a GPU that is not there
-    except (JudgeConfigError, AsrModelError, ValueError) as exc:
+        asr_config = asr_config_from_options(options)
+        chosen = bool(option_value(options, "asr_backend") or option_value(options, "asr_model"))
+        asr_config = protocol_asr(asr_config, protocol, chosen=chosen)
+    except (JudgeConfigError, ValueError) as exc:
         raise ScoringError(str(exc)) from None
     templates = None
     if protocol == "reference" and judge_config is not None and reference_prompts:
