@@ -59,24 +59,18 @@ def _load(set_name: str, dataset: str | None = None, **metadata: Any):
     return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
 
 
-NO_JUDGE_HINT = (
-    ' Or run without a judge with --metadata \'{"judge": "none"}\': keyword-only accuracy, a lower bound of '
-    "the benchmark's number, not comparable to the paper."
-)
-
-
 def scoring_settings_of(settings: Mapping[str, Any], *, reference_prompts: bool = True):
     """The run's ScoringSettings from its ``--metadata`` settings, by the one validator that ``cs3-bench
     score`` uses (`cs3_tasks.scoring.settings.settings_from_options`): without a judge named, the default
-    judge, whose missing key stops the run here with the CLI's message (or ``"judge": "none"``). ValueError
-    "cs3 --metadata: ..." naming the cause, before the model generates anything."""
+    judge, whose missing key stops the run here with the CLI's message in metadata words (or ``"judge":
+    "none"``). MetadataError "cs3 --metadata: ..." naming the cause, before the model generates anything."""
+    from cs3_tasks.scoring.options import MetadataError, in_metadata_words
     from cs3_tasks.scoring.settings import ScoringError, settings_from_options
 
     try:
         return settings_from_options(settings, reference_prompts=reference_prompts)
-    except ScoringError as exc:
-        hint = NO_JUDGE_HINT if str(settings.get("judge") or "").strip().lower() != "none" else ""
-        raise ValueError(f"cs3 --metadata: {exc}{hint if 'judge' in str(exc).lower() else ''}") from None
+    except ScoringError as exc:  # the command line's refusal, in the words of --metadata
+        raise MetadataError(f"cs3 --metadata: {in_metadata_words(str(exc))}") from None
 
 
 def check_run_settings(settings: Mapping[str, Any]) -> None:

@@ -14,8 +14,10 @@ from typing import Any
 
 from lm_eval.api.samplers import ContextSampler
 
+from cs3_tasks.core.refusal import Refusal
 
-class FewShotRefused(ValueError):
+
+class FewShotRefused(Refusal):
     """--num_fewshot > 0 on a zero-shot benchmark task."""
 
 

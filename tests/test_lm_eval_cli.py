@@ -217,3 +217,52 @@ def test_hook_resolves_every_cs3_model_name(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     modules = json.loads(result.stdout.strip().splitlines()[-1])
     assert modules == {name: module for name, module in lm_eval_hook.MODEL_MODULES.items()}
+
+
+def _one_refusal(result: subprocess.CompletedProcess, *needles: str) -> None:
+    """Exit 2, no traceback from lm-eval, a launcher or us, and one line of ours naming the fix."""
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and all(needle in errors[0] for needle in needles), result.stderr[-3000:]
+
+
+@pytest.mark.slow
+@needs_hook
+def test_a_refusal_under_lm_eval_and_torchrun_is_one_line_and_exit_2(tmp_path):
+    """docs/lm-eval.md's first example without a judge key, as lm_eval; few-shot under torchrun and a timeout
+    of inf under accelerate, two processes each: one line in the words of the command (metadata keys), exit 2,
+    no traceback."""
+    from test_data_parallel import _free_port
+
+    run = [
+        "run",
+        "--model",
+        "cs3-precomputed",
+        "--model_args",
+        f"outputs={STRONG}",
+        "--tasks",
+        "cs3_knowledge",
+    ]
+    no_key = _run(
+        [LM_EVAL, *run, "--metadata", json.dumps({"dataset": "demo"}), "--output_path", str(tmp_path / "a")],
+        tmp_path,
+        DASHSCOPE_API_KEY="",
+    )
+    _one_refusal(no_key, "DASHSCOPE_API_KEY", '{"judge": "none"}', '"judge_base_url"')
+    assert "--no-judge" not in no_key.stderr  # a flag lm_eval does not take
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    launcher += ["--master_port", str(_free_port()), "-m", "lm_eval"]
+    metadata = json.dumps({"dataset": "demo", "judge": "none"})
+    few_shot = _run(
+        [*launcher, *run, "--metadata", metadata, "--num_fewshot", "1", "--limit", "4"],
+        tmp_path,
+        OMP_NUM_THREADS="1",
+    )
+    _one_refusal(few_shot, "--num_fewshot 1", "zero-shot")
+    accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
+    accelerate += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    accelerate += ["--main_process_port", str(_free_port()), "-m", "lm_eval"]
+    bad = json.dumps({"dataset": "demo", "judge": "none", "judge_timeout": "inf"})
+    not_finite = _run([*accelerate, *run, "--metadata", bad, "--limit", "4"], tmp_path, OMP_NUM_THREADS="1")
+    _one_refusal(not_finite, "'judge_timeout' must be a finite number")

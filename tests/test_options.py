@@ -120,7 +120,6 @@ def test_lm_eval_refuses_an_option_it_cannot_use_with_the_reason():
 
 
 def test_refusals_for_the_command_line_read_in_metadata_words():
-    message = "set --judge-base-url or run with --no-judge (or --judge-timeout)"
-    assert options.in_metadata_words(message) == (
-        'set "judge_base_url" or run with \'{"judge": "none"}\' (or "judge_timeout")'
-    )
+    message = "set --judge-base-url or run with --no-judge (or --judge-timeout), or --protocol cs3"
+    expected = 'set "judge_base_url" or run with \'{"judge": "none"}\' (or "judge_timeout"), or '
+    assert options.in_metadata_words(message) == expected + '\'{"protocol": "cs3"}\''

@@ -281,7 +281,7 @@ def test_lm_eval_metadata_protocol(monkeypatch, tmp_path):
         utils.protocol({**none, "protocol": "nope"})
     monkeypatch.setenv(reference.SCRIPTS_ENV, str(tmp_path / "nowhere"))
     local_judge = {"judge_base_url": "http://127.0.0.1:9/v1", "judge_api_key_env": ""}  # a judge is set
-    with pytest.raises(ValueError, match="--protocol cs3"):
+    with pytest.raises(ValueError, match='\'{"protocol": "cs3"}\''):
         utils.protocol(local_judge)
     monkeypatch.undo()
     assert LmEvalRun().load_task({"protocol": "cs3", "reference_scripts": "x", "other": 1}) == {

@@ -11,6 +11,8 @@ import argparse
 import importlib
 import sys
 
+from cs3_tasks.core.refusal import Refusal
+
 # subcommand -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "build-dataset": (
@@ -62,7 +64,11 @@ def main(argv: list[str] | None = None) -> int:
             adder(p)
             p.set_defaults(func=runner)
     args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except Refusal as refusal:  # a run that cannot start as asked: one line naming the fix, no traceback
+        print(f"error: {refusal}", file=sys.stderr)
+        return 2
 
 
 def _version() -> str:

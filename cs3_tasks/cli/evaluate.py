@@ -322,9 +322,9 @@ def eval_command(lm_eval_args: Sequence[str]) -> list[str]:
 # `lm_eval` with our model names resolvable (and results that say how cs3 tasks were scored) even when
 # the start-up hook is switched off
 _LM_EVAL_SHIM = (
-    "import sys, lm_eval.api.registry as r, lm_eval.evaluator as e, lm_eval.utils as u; "
-    "from cs3_tasks.harness import lm_eval_hook as h; "
-    "h.patch_model_registry(r); h.patch_evaluator(e); h.patch_table(u); "
+    "import sys, lm_eval.api.registry as r, lm_eval.evaluator as e, lm_eval.utils as u, "
+    "lm_eval._cli.harness as c; from cs3_tasks.harness import lm_eval_hook as h; "
+    "h.patch_model_registry(r); h.patch_evaluator(e); h.patch_table(u); h.patch_cli(c); "
     "from lm_eval.__main__ import cli_evaluate; sys.argv[0] = 'lm_eval'; cli_evaluate()"
 )
 

@@ -18,6 +18,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cs3_tasks.core.refusal import Refusal
+
 if TYPE_CHECKING:  # datasets is heavy: imported inside functions only
     import datasets
 
@@ -73,7 +75,7 @@ class SourceError(ValueError):
         )
 
 
-class DatasetUnavailableError(RuntimeError):
+class DatasetUnavailableError(Refusal, RuntimeError):
     """The dataset could not be loaded from where it was asked for (unreachable Hub, missing build...)."""
 
 

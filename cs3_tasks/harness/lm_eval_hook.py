@@ -28,6 +28,8 @@ import os
 import sys
 from pathlib import Path
 
+from cs3_tasks.core.refusal import Refusal
+
 DISABLE_ENV = "CS3_BENCH_NO_LM_EVAL_HOOK"
 PTH_NAME = "cs3_bench_lm_eval.pth"
 
@@ -234,8 +236,8 @@ def refuse_a_rank_without_docs(tasks, limit) -> None:
         return
     names = tasks if isinstance(tasks, (list, tuple)) else [tasks]
     if any(isinstance(name, str) and name.startswith(OUR_TASK_PREFIXES) for name in names):
-        raise SystemExit(
-            f"cs3-bench: --limit {limit:g} under {ranks} processes leaves a process with no item of a task "
+        raise Refusal(
+            f"--limit {limit:g} under {ranks} processes leaves a process with no item of a task "
             f"(lm-eval gives item i to process i % {ranks}). Use --limit {ranks} or more, or launch no more "
             f"processes than items."
         )
@@ -283,7 +285,58 @@ def patch_table(utils_module) -> None:
     utils_module.make_table = make_table
 
 
+def patch_cli(harness_module) -> None:
+    """``lm_eval`` (the command, under any launcher): a run we refuse (`Refusal`: bad metadata, no judge key,
+    few-shot, an unreachable dataset, a process left without items) ends with one line naming the fix and
+    exit code 2, no traceback (printed by the first process only, when several run). Python API callers of
+    ``simple_evaluate`` still get the exception."""
+    cli = harness_module.HarnessCLI
+    original = cli.execute
+    if getattr(original, "_cs3_patched", False):
+        return
+
+    def execute(self, args):
+        try:
+            return original(self, args)
+        except Refusal as refusal:
+            if os.environ.get("RANK", "0") == "0":
+                print(f"error: {refusal}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
+
+    execute._cs3_patched = True  # type: ignore[attr-defined]
+    execute.__wrapped__ = original  # type: ignore[attr-defined]
+    cli.execute = execute
+
+
+def patch_launcher(launcher_module) -> None:
+    """torchrun and ``accelerate launch`` (torch's elastic launcher): when the first process to end refused
+    the run (exit code 2, having said why) and the others refused it too or were stopped by the launcher,
+    the launcher exits 2 too, without its own traceback."""
+    original = launcher_module.launch_agent
+    if getattr(original, "_cs3_patched", False):
+        return
+
+    def launch_agent(*args, **kwargs):
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+        try:
+            return original(*args, **kwargs)
+        except ChildFailedError as failed:
+            _, first = failed.get_first_failure()
+            # the others ended with it or were stopped by the launcher (a signal: a negative exit code)
+            others = {failure.exitcode for failure in failed.failures.values()} - {2}
+            if first.exitcode == 2 and all(code < 0 for code in others):
+                raise SystemExit(2) from None
+            raise
+
+    launch_agent._cs3_patched = True  # type: ignore[attr-defined]
+    launch_agent.__wrapped__ = original  # type: ignore[attr-defined]
+    launcher_module.launch_agent = launch_agent
+
+
 _POST_IMPORT = {
+    "lm_eval._cli.harness": patch_cli,
+    "torch.distributed.launcher.api": patch_launcher,
     "lm_eval.tasks.manager": patch_task_manager,
     "lm_eval.config.evaluate_config": patch_evaluate_config,
     "lm_eval.api.registry": patch_model_registry,

@@ -167,7 +167,8 @@ class JudgeConfig:
                 f"LLM judge {self.model} at {self.public_base_url}: {how}. Export the key, name its variable "
                 "with "
                 f"--judge-api-key-env / ${ENV_API_KEY_ENV}, point the judge elsewhere (--judge-preset, "
-                f"--judge-base-url, --judge-model or ${ENV_BASE_URL}, ${ENV_MODEL}), or run with --no-judge."
+                f"--judge-base-url, --judge-model or ${ENV_BASE_URL}, ${ENV_MODEL}), or run with --no-judge "
+                "(keyword-only accuracy: a lower bound of the benchmark's number, not the paper's)."
             )
         return key
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ from cs3_tasks.asr.config import (
     SHORT_CLIPS_ENV,
 )
 from cs3_tasks.asr.device import DEVICE_ENV
+from cs3_tasks.core.refusal import Refusal
 from cs3_tasks.judge.config import DEFAULT_API_KEY_ENV, DEFAULT_MODEL, ENV_BASE_URL, ENV_MODEL, PRESETS
 from cs3_tasks.scoring.records import PROTOCOLS
 
@@ -297,7 +299,7 @@ def _for_argparse(option: RunOption) -> Callable[[str], Any]:
     return parse
 
 
-class MetadataError(ValueError):
+class MetadataError(Refusal):
     """lm-eval's ``--metadata`` holds a misspelled cs3 key, a value of the wrong type or out of range, or a
     key lm-eval cannot take (raised when a task loads, before any generation)."""
 
@@ -329,9 +331,14 @@ def check_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def in_metadata_words(message: str) -> str:
-    """A refusal written for the command line (``--no-judge``, ``--judge-base-url``...) in the words of
-    lm-eval's ``--metadata``, for a user who ran lm_eval."""
+    """A refusal written for the command line (``--no-judge``, ``--protocol cs3``, ``--judge-base-url``...)
+    in the words of lm-eval's ``--metadata`` (``{"judge": "none"}``, ``{"protocol": "cs3"}``,
+    ``"judge_base_url"``), for a user who ran lm_eval."""
     message = message.replace("--no-judge", '\'{"judge": "none"}\'')
     for option in sorted(RUN_OPTIONS, key=lambda o: -len(o.flag)):
+        if option.choices:
+            choices = "|".join(re.escape(c) for c in option.choices)
+            pattern = rf"{re.escape(option.flag)} ({choices})\b"
+            message = re.sub(pattern, lambda m, key=option.key: f'\'{{"{key}": "{m[1]}"}}\'', message)
         message = message.replace(option.flag, f'"{option.key}"')
     return message
