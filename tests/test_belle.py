@@ -255,7 +255,7 @@ def _belle_style_folder(tmp_path: Path) -> Path:
 
 
 def test_score_cli_on_a_belle_style_folder_text_only(tmp_path):
-    from cs3_tasks.scoring.conversation import add_arguments, run
+    from cs3_tasks.cli.score_conversation import add_arguments, run
 
     folder = _belle_style_folder(tmp_path)
     outputs = tmp_path / "outputs"
@@ -295,7 +295,7 @@ def test_score_conversation_cli_resumes_and_refuses_other_settings(tmp_path, mon
     """score-conversation is resumable like score: a re-run scores only what is missing or changed."""
     import argparse
 
-    from cs3_tasks.scoring.conversation import add_arguments, run
+    from cs3_tasks.cli.score_conversation import add_arguments, run
 
     folder = _belle_style_folder(tmp_path)
     outputs = tmp_path / "outputs"
@@ -318,7 +318,9 @@ def test_score_conversation_cli_resumes_and_refuses_other_settings(tmp_path, mon
         scored.append([d["id"] for d in docs])
         return real(set_name, docs, *a, **k)
 
-    monkeypatch.setattr(conversation, "score_conversation", counting)
+    from cs3_tasks.cli import score_conversation as command
+
+    monkeypatch.setattr(command, "score_conversation", counting)
     assert run(args("--no-judge")) == 0 and scored == []  # nothing to redo
     rows[1]["text"] = "It is sunny today."
     (outputs / f"{SET}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")

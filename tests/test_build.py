@@ -25,12 +25,13 @@ import pytest
 import yaml
 
 from cs3_tasks.asr import Transcript
-from cs3_tasks.build import card, dataset_cli, qc, tts
+from cs3_tasks.build import card, qc, tts
 from cs3_tasks.build import dataset as build
 from cs3_tasks.build.config import BuildConfig
 from cs3_tasks.build.corrections import load_corrections
 from cs3_tasks.build.parquet import PARQUET_NAME
 from cs3_tasks.build.synthesis import plan_jobs
+from cs3_tasks.cli import build_dataset as dataset_cli
 from cs3_tasks.cli import main as cli_main
 from cs3_tasks.core import data
 from cs3_tasks.core.cache import AudioCache

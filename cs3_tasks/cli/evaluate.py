@@ -1,28 +1,19 @@
-"""``cs3-bench eval`` (lm_eval with our tasks on the include path), ``cs3-bench demo`` (the offline main
-job) and the Python API (``task_manager()``).
-
-``cs3-bench demo`` runs the real lm-eval pipeline (``lm_eval.simple_evaluate``) on the embedded demo set
-for each bundled demo system through ``cs3-precomputed``: the offline Whisper transcribes the speech,
-the keyword stage scores it (the LLM judge joins when one is configured), lm-eval prints its table, and
-the run writes, per system, the per-item records and summaries in the layout of ``cs3-bench score``,
-then a leaderboard, the code-switched vs English comparison and the report figure.
+"""lm-eval runs over saved outputs, for ``cs3-bench demo`` (cli/demo.py) and ``cs3-bench eval`` (cli/eval.py),
+and the Python API (``task_manager()``): ``evaluate_outputs`` runs the real lm-eval pipeline
+(``lm_eval.simple_evaluate``) through ``cs3-precomputed`` and writes, per system, the per-item records and
+summaries in the layout of ``cs3-bench score`` (`write_scored_dir`); `cs_vs_en_markdown` is the demo's table.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import subprocess
-import sys
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.data import SETS
-from cs3_tasks.scoring.options import DEMO, add_run_options, options_of
 
 DEMO_RESPONSES = Path(__file__).resolve().parents[1] / "demo" / "responses"
 
@@ -176,72 +167,6 @@ def _strip_nan(value: Any) -> Any:
     return value
 
 
-# ---------------------------------------------------------------------------------------------------------
-# cs3-bench demo
-
-
-def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--out", type=Path, default=Path("cs3_demo"), help="output folder (default ./cs3_demo)"
-    )
-    parser.add_argument(
-        "--responses",
-        type=Path,
-        default=DEMO_RESPONSES,
-        help="folder with one sub-folder of pre-generated outputs per system",
-    )
-    parser.add_argument("--systems", nargs="*", default=None, help="sub-folders to run (default: all)")
-    parser.add_argument("--tasks", default="cs3", help="lm-eval tasks or groups (default: cs3)")
-    # the run options of lm-eval's --metadata, declared once (scoring/options.py); the demo's own defaults
-    add_run_options(parser, DEMO, dataset="demo", judge="none")
-    parser.add_argument("--limit", type=int, default=None, help="items per task (lm-eval --limit)")
-
-
-def run_demo(args: argparse.Namespace) -> int:
-    started = time.time()
-    responses = Path(args.responses)
-    systems = args.systems or (
-        sorted(p.name for p in responses.iterdir() if p.is_dir()) if responses.is_dir() else []
-    )
-    if not systems:
-        print(f"error: no demo systems found in {responses}", file=sys.stderr)
-        return 2
-    # every run option given on the command line reaches lm-eval's --metadata under its own key
-    metadata: dict[str, Any] = {
-        o.key: getattr(args, o.key) for o in options_of(DEMO) if getattr(args, o.key) not in (None, False)
-    }
-    named = {"judge_preset", "judge_model", "judge_base_url"} & set(metadata)
-    if named and metadata.get("judge") == "none" and not args.no_judge:  # a judge was described: it runs
-        metadata["judge"] = "env"
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    per_model: dict[str, dict[str, dict]] = {}
-    for system in systems:
-        print(f"\n=== {system}: lm-eval, model cs3-precomputed, tasks {args.tasks} ===", flush=True)
-        summaries = evaluate_outputs(
-            responses / system,
-            out / system,
-            model=system,
-            tasks=args.tasks,
-            metadata=metadata,
-            limit=args.limit,
-        )
-        per_model[system] = summaries
-    print("\n=== code-switched vs English knowledge questions ===")
-    comparison = cs_vs_en_markdown(per_model)
-    print(comparison)
-    atomic_write(out / "cs_vs_en.md", comparison)
-    from cs3_tasks.report import leaderboard as report
-
-    print("=== leaderboard ===")
-    print(report.write_leaderboard(out, per_model))
-    from cs3_tasks.report.html import write_report_quietly  # the audit report: open out/report/index.html
-
-    write_report_quietly(out / "report", [out / system for system in systems], args.dataset)
-    print(f"demo finished in {time.time() - started:.0f} s; results in {out}")
-    return 0
-
-
 def evaluate_outputs(
     outputs: Path,
     out: Path,
@@ -281,55 +206,3 @@ def evaluate_outputs(
     )
     records = {s: r for (s, variant), r in records_from_samples(samples).items() if variant == "audio"}
     return write_scored_dir(records, out, model, metadata, outputs=Path(outputs))
-
-
-# ---------------------------------------------------------------------------------------------------------
-# cs3-bench eval
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "lm_eval_args",
-        nargs=argparse.REMAINDER,
-        help="arguments for `lm_eval run` (e.g. --model cs3-precomputed --model_args "
-        'outputs=DIR --tasks cs3 --metadata \'{"dataset": "demo"}\')',
-    )
-    parser.epilog = "Runs `lm_eval run --include_path <cs3 tasks> ARGS` (works with the start-up hook off)."
-    parse_known = parser.parse_known_args
-
-    def pass_everything_through(args=None, namespace=None):
-        # argparse would reject lm_eval's options (--model...) as unknown: hand them all to lm_eval
-        args = list(args or [])
-        if args[:1] in (["-h"], ["--help"]):
-            return parse_known(args, namespace)
-        namespace, _ = parse_known([], namespace)
-        namespace.lm_eval_args = args
-        return namespace, []
-
-    parser.parse_known_args = pass_everything_through  # type: ignore[method-assign]
-
-
-def eval_command(lm_eval_args: Sequence[str]) -> list[str]:
-    """The lm_eval command line run by ``cs3-bench eval``."""
-    args = list(lm_eval_args)
-    if args and args[0] == "--":
-        args = args[1:]
-    if args and args[0] == "run":
-        args = args[1:]
-    return [sys.executable, "-c", _LM_EVAL_SHIM, "run", "--include_path", str(task_dir()), *args]
-
-
-# `lm_eval` with our model names resolvable (and results that say how cs3 tasks were scored) even when
-# the start-up hook is switched off
-_LM_EVAL_SHIM = (
-    "import sys, lm_eval.api.registry as r, lm_eval.evaluator as e, lm_eval.utils as u, "
-    "lm_eval._cli.harness as c; from cs3_tasks.harness import lm_eval_hook as h; "
-    "h.patch_model_registry(r); h.patch_evaluator(e); h.patch_table(u); h.patch_cli(c); "
-    "from lm_eval.__main__ import cli_evaluate; sys.argv[0] = 'lm_eval'; cli_evaluate()"
-)
-
-
-def run(args: argparse.Namespace) -> int:
-    # works with the start-up hook on or off: the include path brings the tasks (added once either way)
-    # and the shim makes our model names resolve
-    return subprocess.call(eval_command(args.lm_eval_args))

@@ -7,14 +7,11 @@ differences to a chosen baseline in the leaderboard (`baseline_notes`) and the H
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections.abc import Mapping
-from pathlib import Path
 
 from cs3_tasks.core.data import KNOWLEDGE_SETS
 from cs3_tasks.core.paired import correctness_by_qid, cs_en_drop, paired_difference
-from cs3_tasks.report.results import ModelResults, load_results
+from cs3_tasks.report.results import ModelResults
 from cs3_tasks.scoring.records import CHANNELS
 
 SIGNIFICANCE = 0.05  # the level at which a difference is marked (*)
@@ -104,26 +101,3 @@ def baseline_notes(results: Mapping[str, ModelResults], baseline: str) -> list[s
         cells = [f"{r['set']} {r['channel']} {difference_text(r)}" for r in rows]
         notes.append(f"- {name}: " + "; ".join(cells))
     return notes
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("system_a", type=Path, help="result dir of system A (`cs3-bench score --out`)")
-    parser.add_argument("system_b", type=Path, help="result dir of system B, scored on the same set(s)")
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        a, b = (load_results([d]) for d in (args.system_a, args.system_b))
-    except (FileNotFoundError, ValueError) as exc:  # RecordsError is a ValueError
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if len(a) != 1 or len(b) != 1:
-        print("error: each result dir must hold one system", file=sys.stderr)
-        return 2
-    (name_a, results_a), (name_b, results_b) = next(iter(a.items())), next(iter(b.items()))
-    rows = compare_systems(results_a, results_b)
-    if not rows:
-        print(f"error: {args.system_a} and {args.system_b} share no scored knowledge set", file=sys.stderr)
-        return 2
-    print(comparison_markdown(name_a, name_b, rows), end="")
-    return 0

@@ -11,9 +11,7 @@ by ``cs3-bench demo`` and ``cs3-bench score --outputs-root``.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -135,25 +133,6 @@ def write_html_report(out: Path, result_dirs: Sequence[Path], settings: ReportSe
     index = out / "index.html"
     atomic_write(index, render_index(results, settings, notes))
     return index
-
-
-def add_html_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--html", type=Path, default=None, help="write the HTML report folder here (open its index.html)"
-    )
-    parser.add_argument(
-        "--dataset",
-        default=None,
-        help="dataset for the questions, answers and question audio in the HTML report: a build dir, "
-        "'demo' or a Hub id (default $CS3_BENCH_DATASET; none: the report shows Qids only)",
-    )
-    parser.add_argument("--baseline", default=None, help="model to mark the others' differences against")
-
-
-def settings_from_args(args: argparse.Namespace) -> ReportSettings:
-    from cs3_tasks.core.data import DATASET_ENV
-
-    return ReportSettings(dataset=args.dataset or os.environ.get(DATASET_ENV) or None, baseline=args.baseline)
 
 
 def write_report_quietly(out: Path, result_dirs: Sequence[Path], dataset: str | None) -> None:

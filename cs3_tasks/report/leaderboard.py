@@ -8,7 +8,6 @@ selected / sum judged items, over both sets.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import sys
@@ -279,21 +278,6 @@ def plot_accuracy(models: Mapping[str, Mapping[str, dict]], path: Path) -> None:
     fig.savefig(image, format="png", dpi=120)
     plt.close(fig)
     atomic_write(path, image.getvalue())
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("result_dirs", nargs="+", type=Path, help="dirs written by `cs3-bench score`")
-    parser.add_argument("--out", required=True, type=Path, help="where to write the leaderboard and figure")
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        models = load_summaries(args.result_dirs)
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(write_leaderboard(Path(args.out), models))
-    return 0
 
 
 LEADERBOARD_FILES = ("leaderboard.md", "leaderboard.csv", "accuracy.png")

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
+from cs3_tasks.core.data import DATASET_ENV
 from cs3_tasks.report import html
 from cs3_tasks.report.compare import baseline_notes
 from cs3_tasks.report.leaderboard import write_leaderboard
@@ -16,7 +18,7 @@ from cs3_tasks.report.results import load_results, summaries_of
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("result_dirs", nargs="+", type=Path, help="dirs written by `cs3-bench score`")
     parser.add_argument("--out", type=Path, default=None, help="where to write the leaderboard and figure")
-    html.add_html_arguments(parser)
+    add_html_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,9 +33,28 @@ def run(args: argparse.Namespace) -> int:
         if args.out is not None:
             print(write_leaderboard(Path(args.out), summaries_of(results), notes))
         if args.html is not None:
-            index = html.write_html_report(args.html, args.result_dirs, html.settings_from_args(args))
+            index = html.write_html_report(args.html, args.result_dirs, settings_from_args(args))
             print(f"wrote the HTML report {index} (open it in a browser; no server needed)", file=sys.stderr)
     except (FileNotFoundError, ValueError) as exc:  # RecordsError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def add_html_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--html", type=Path, default=None, help="write the HTML report folder here (open its index.html)"
+    )
+    parser.add_argument(
+        "--dataset",
+        default=None,
+        help="dataset for the questions, answers and question audio in the HTML report: a build dir, "
+        "'demo' or a Hub id (default $CS3_BENCH_DATASET; none: the report shows Qids only)",
+    )
+    parser.add_argument("--baseline", default=None, help="model to mark the others' differences against")
+
+
+def settings_from_args(args: argparse.Namespace) -> html.ReportSettings:
+    return html.ReportSettings(
+        dataset=args.dataset or os.environ.get(DATASET_ENV) or None, baseline=args.baseline
+    )

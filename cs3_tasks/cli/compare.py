@@ -1,0 +1,34 @@
+"""``cs3-bench compare A B``: two systems' result dirs, the accuracy difference with its paired 95% CI and the
+exact McNemar p per set and channel (`cs3_tasks.report.compare`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from cs3_tasks.report.compare import compare_systems, comparison_markdown
+from cs3_tasks.report.results import load_results
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("system_a", type=Path, help="result dir of system A (`cs3-bench score --out`)")
+    parser.add_argument("system_b", type=Path, help="result dir of system B, scored on the same set(s)")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        a, b = (load_results([d]) for d in (args.system_a, args.system_b))
+    except (FileNotFoundError, ValueError) as exc:  # RecordsError is a ValueError
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if len(a) != 1 or len(b) != 1:
+        print("error: each result dir must hold one system", file=sys.stderr)
+        return 2
+    (name_a, results_a), (name_b, results_b) = next(iter(a.items())), next(iter(b.items()))
+    rows = compare_systems(results_a, results_b)
+    if not rows:
+        print(f"error: {args.system_a} and {args.system_b} share no scored knowledge set", file=sys.stderr)
+        return 2
+    print(comparison_markdown(name_a, name_b, rows), end="")
+    return 0
