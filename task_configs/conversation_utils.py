@@ -31,6 +31,9 @@ from cs3_tasks.task_configs import utils as cs3_utils
 from cs3_tasks.task_configs.run import RUN
 from lm_eval.api.filter import Filter
 
+from cs3_tasks.build.conversation_data import load_conversation_set
+from cs3_tasks.core.languages import load_pair
+from cs3_tasks.scoring.conversation import doc_id, score_conversation, summarize_conversation
 from cs3_tasks.scoring.records import CHANNELS
 
 DOC_SET, DOC_PAIR = "cs3_set", "cs3_pair"
@@ -56,9 +59,6 @@ def load_conversation(
 ):
     """A DatasetDict {"test": ...} of one conversation config; docs carry ``cs3_set``/``cs3_pair``/``Qid``."""
     import datasets
-
-    from cs3_tasks.build.conversation_data import load_conversation_set
-    from cs3_tasks.core.languages import load_pair
 
     if not config:
         raise ValueError(
@@ -101,7 +101,6 @@ class ScoreConversation(Filter):
         self.variant = variant
 
     def apply(self, resps: Sequence, docs: Sequence[Mapping]) -> list[str]:
-        from cs3_tasks.scoring.conversation import doc_id, score_conversation
 
         if not docs:
             return []
@@ -142,7 +141,6 @@ def process_results(doc: Mapping, results: Sequence[str]) -> dict[str, dict]:
 
 
 def _summary(records: Sequence[Mapping]) -> dict:
-    from cs3_tasks.scoring.conversation import summarize_conversation
 
     return RUN.summary("conversation", records, summarize_conversation)
 

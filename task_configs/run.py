@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from cs3_tasks.core.cache import stable_key
 from cs3_tasks.scoring.options import METADATA_KEYS, MetadataError, check_metadata
 
 __all__ = ["RUN", "SETTING_KEYS", "LmEvalRun", "MetadataError", "check_metadata"]
@@ -60,7 +61,6 @@ class LmEvalRun:
     def summary(self, kind: str, records: Sequence[Mapping], summarize: Callable[[list], dict]) -> dict:
         """``summarize(records)``, computed once per record content (every aggregation of a task gets
         the same records)."""
-        from cs3_tasks.core.cache import stable_key
 
         key = stable_key(kind, list(records))
         hit = self._summaries.get(key)

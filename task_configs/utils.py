@@ -37,8 +37,17 @@ from typing import Any
 from cs3_tasks.task_configs.run import RUN
 from lm_eval.api.filter import Filter
 
+from cs3_tasks.core import data
+from cs3_tasks.core.cache import atomic_write, cache_dir
 from cs3_tasks.core.data import CATEGORIES, check_set
+from cs3_tasks.harness.distributed import all_gather_list
+from cs3_tasks.harness.speech import decode_payload
+from cs3_tasks.scoring import pipeline as scoring
+from cs3_tasks.scoring.options import MetadataError, in_metadata_words
+from cs3_tasks.scoring.outputs import ModelOutput, join_problems, repair_text
 from cs3_tasks.scoring.records import CHANNELS
+from cs3_tasks.scoring.settings import ScoringError, settings_from_options
+from cs3_tasks.scoring.summary import add_comparability, compare_cs_en, summarize
 
 # ---------------------------------------------------------------------------------------------------------
 # dataset
@@ -47,8 +56,6 @@ from cs3_tasks.scoring.records import CHANNELS
 def _load(set_name: str, dataset: str | None = None, **metadata: Any):
     """A DatasetDict {"test": ...} of one set, its audio as a file path (``doc["audio"]``)."""
     import datasets
-
-    from cs3_tasks.core import data
 
     settings = RUN.load_task({"dataset": dataset, **metadata})
     RUN.describe(run_note(scoring_settings_of(settings)))  # a bad setting fails here, before generation
@@ -64,8 +71,6 @@ def scoring_settings_of(settings: Mapping[str, Any], *, reference_prompts: bool 
     score`` uses (`cs3_tasks.scoring.settings.settings_from_options`): without a judge named, the default
     judge, whose missing key stops the run here with the CLI's message in metadata words (or ``"judge":
     "none"``). MetadataError "cs3 --metadata: ..." naming the cause, before the model generates anything."""
-    from cs3_tasks.scoring.options import MetadataError, in_metadata_words
-    from cs3_tasks.scoring.settings import ScoringError, settings_from_options
 
     try:
         return settings_from_options(settings, reference_prompts=reference_prompts)
@@ -83,7 +88,6 @@ def run_note(scoring) -> dict:
     """What every result of the run says about how it was scored: the protocol, the ASR's fingerprint
     (engine, versions, model identity), the judge and whether the numbers are comparable to the paper (with
     the reasons), as ``cs3-bench score``'s settings and summaries say it."""
-    from cs3_tasks.scoring.summary import add_comparability
 
     settings = scoring.record_settings("knowledge")
     described = add_comparability({}, settings)
@@ -113,8 +117,6 @@ def query_audio_path(audio: Any, qid: Any = None) -> str | None:
     """A file path for the query audio of one item: its own file, or its bytes written once into the
     cache, named by content hash (stable across runs, so lm-eval's request cache keys are too)."""
     import hashlib
-
-    from cs3_tasks.core.cache import atomic_write, cache_dir
 
     if audio is None:
         return None
@@ -181,7 +183,6 @@ class ScoreResponses(Filter):
         self.variant = variant
 
     def apply(self, resps: Sequence, docs: Sequence[Mapping]) -> list[str]:
-        from cs3_tasks.scoring import pipeline as scoring
 
         run = scoring_settings_of(RUN.settings)
         outputs = [model_output(doc, responses) for doc, responses in zip(docs, resps)]
@@ -211,15 +212,12 @@ def gathered_records(records: Sequence[Mapping]) -> list[dict]:
     values to rank 0 for the aggregations; records read across tasks must be gathered here, by every
     rank (a collective), in the same task order. A launch whose ranks all saw every doc (no sharding)
     gives each Qid once all the same."""
-    from cs3_tasks.harness.distributed import all_gather_list
 
     return list({str(r["qid"]): dict(r) for r in all_gather_list(list(records))}.values())
 
 
 def model_output(doc: Mapping, responses: Any):
     """The scoring module's ModelOutput for one lm-eval response (the first of ``resps``)."""
-    from cs3_tasks.harness.speech import decode_payload
-    from cs3_tasks.scoring.outputs import ModelOutput, join_problems, repair_text
 
     qid = str(doc["Qid"])
     response = responses[0] if isinstance(responses, (list, tuple)) and responses else responses
@@ -320,7 +318,6 @@ def process_results(doc: Mapping, results: Sequence[str]) -> dict[str, dict]:
 
 
 def _summary(records: Sequence[Mapping]) -> dict:
-    from cs3_tasks.scoring.summary import summarize
 
     # in Qid order: a summary must not depend on how the records were sharded and gathered
     return RUN.summary("cs3", records, lambda rs: summarize(rs[0]["set"], sorted(rs, key=_qid_order)))
@@ -366,7 +363,6 @@ def _cs_vs_en(channel: str, key: str) -> Callable[[Sequence[Mapping]], float]:
     """Drop / preserve rate of the code-switched set vs this English set, when both ran in this run."""
 
     def aggregate(records: Sequence[Mapping]) -> float:
-        from cs3_tasks.scoring.summary import compare_cs_en
 
         if not records:
             return math.nan

@@ -20,7 +20,9 @@ from cs3_tasks import asr
 from cs3_tasks.asr import Transcript, transcribe_batch
 from cs3_tasks.asr import config as asr_config
 from cs3_tasks.asr import faster_whisper as fw_backend
+from cs3_tasks.asr import numerics as asr_numerics
 from cs3_tasks.asr import offline as asr_offline
+from cs3_tasks.asr import packing as asr_packing
 from cs3_tasks.asr import runners as asr_runners
 from cs3_tasks.asr import transcribe as asr_transcribe
 from cs3_tasks.asr.process import IN_PROCESS_ENV, FasterWhisperProcess, runs_in_own_process
@@ -68,7 +70,7 @@ def isolated_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("CS3_BENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv(asr.MODEL_ENV, raising=False)
     monkeypatch.delenv(asr.BACKEND_ENV, raising=False)
-    monkeypatch.delenv(asr.SHORT_CLIPS_ENV, raising=False)
+    monkeypatch.delenv(asr_config.SHORT_CLIPS_ENV, raising=False)
     return tmp_path / "cache"
 
 
@@ -222,7 +224,7 @@ def test_batched_and_per_clip_decoding_give_identical_transcripts(whisper_base, 
 
     Six clips of different lengths in batches of at most 4, each of one generation cap.
     """
-    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "batched")
+    monkeypatch.setenv(asr_config.SHORT_CLIPS_ENV, "batched")
     wavs = [p for p, _ in _belle_pairs()[2:8]]
     runner = asr_runners.cached_runner("faster-whisper", whisper_base)
     batches = []
@@ -245,7 +247,7 @@ def test_batched_and_per_clip_decoding_give_identical_transcripts(whisper_base, 
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed")
 @pytest.mark.parametrize("mode", ["packed", "batched"])
 def test_language_is_detected_per_clip_in_one_batch(whisper_base, tmp_path, monkeypatch, mode):
-    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, mode)
+    monkeypatch.setenv(asr_config.SHORT_CLIPS_ENV, mode)
     english = tmp_path / "en.wav"
     sentence = "The weather is very nice today, so we are going to the park."
     subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(english), sentence], check=True)
@@ -270,7 +272,7 @@ def test_language_is_detected_per_clip_in_one_batch(whisper_base, tmp_path, monk
 
 @pytest.mark.slow
 def test_corrupt_clip_in_a_batch_fails_alone(whisper_base, tmp_path, monkeypatch):
-    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "batched")
+    monkeypatch.setenv(asr_config.SHORT_CLIPS_ENV, "batched")
     wavs = _same_length(*(load_audio(p) for p, _ in _belle_pairs()[:2]))  # one cap: one batch
     corrupt = tmp_path / "corrupt.wav"
     corrupt.write_bytes(b"RIFF\x00\x00\x00\x00WAVEfmt garbage" * 10)
@@ -312,7 +314,7 @@ def test_packed_decoding_matches_per_clip_accuracy_on_belle(whisper_base, belle_
     """
     from cs3_tasks.core.metrics import corpus_character_error_rate
 
-    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")
+    monkeypatch.setenv(asr_config.SHORT_CLIPS_ENV, "packed")
     sample, default_transcripts = belle_sample
     pairs, per_clip = sample[:24], default_transcripts[:24]
     wavs, refs = [p for p, _ in pairs], [r for _, r in pairs]
@@ -342,14 +344,14 @@ def test_packed_decoding_matches_per_clip_accuracy_on_belle(whisper_base, belle_
 @pytest.mark.slow
 def test_uncertain_language_clips_are_decoded_alone(whisper_base, monkeypatch):
     """A clip whose language detection is unsure is not packed (hard audio: segments merge or loop)."""
-    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")
+    monkeypatch.setenv(asr_config.SHORT_CLIPS_ENV, "packed")
     monkeypatch.setenv(IN_PROCESS_ENV, "1")  # transcribe_packed must call the patched detect_languages
     wavs = [p for p, _ in _belle_pairs()[:3]]
     runner = asr_runners.cached_runner("faster-whisper", whisper_base)
     detect = runner.detect_languages
     sure = detect([load_audio(w) for w in wavs])
     assert all(lang == "zh" and p > 0.95 for lang, p in sure), sure
-    unsure = asr.PACK_MIN_LANGUAGE_PROBABILITY - 0.01
+    unsure = asr_packing.PACK_MIN_LANGUAGE_PROBABILITY - 0.01
     # transcribe_batch sorts clips by length: make the shortest one the unsure one
     monkeypatch.setattr(
         runner,
@@ -371,7 +373,7 @@ def test_uncertain_language_clips_are_decoded_alone(whisper_base, monkeypatch):
 
 @pytest.mark.slow
 def test_silent_clip_among_packed_clips_is_empty_and_neighbours_are_intact(whisper_base, monkeypatch):
-    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")
+    monkeypatch.setenv(asr_config.SHORT_CLIPS_ENV, "packed")
     wavs = [p for p, _ in _belle_pairs()[:3]]
     silence = np.zeros(3 * SAMPLE_RATE, dtype=np.float32)
     out = transcribe_batch(
@@ -450,7 +452,7 @@ def test_an_upgraded_engine_never_reuses_another_engines_transcripts(fake_runner
     monkeypatch.setattr(fingerprint, "engine_versions", lambda backend: {**installed, "ctranslate2": "9.9.9"})
     transcribe_batch([a], model="m1", progress=False)  # another engine version: heard again
     assert fake_runner.calls == 2
-    monkeypatch.setenv(asr.NUMERICS_ENV, "native")  # another arithmetic: heard again
+    monkeypatch.setenv(asr_numerics.NUMERICS_ENV, "native")  # another arithmetic: heard again
     transcribe_batch([a], model="m1", progress=False)
     assert fake_runner.calls == 3
 
@@ -527,7 +529,7 @@ class _FakePackedRunner(_FakeBatchedRunner):
 
 @pytest.fixture
 def fake_packed(monkeypatch):
-    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")  # an opt-in mode: the default decodes per clip
+    monkeypatch.setenv(asr_config.SHORT_CLIPS_ENV, "packed")  # an opt-in mode: the default decodes per clip
     runner = _FakePackedRunner()
     monkeypatch.setattr(asr_transcribe, "cached_runner", lambda backend, model, device="cpu": runner)
     return runner
@@ -564,24 +566,30 @@ def test_failed_packing_falls_back_to_batches(fake_packed):
 def test_short_clip_decoding_is_chosen_by_env_and_keys_the_cache(fake_packed, monkeypatch):
     clip = _clip(0.1)
     assert transcribe_batch([clip], model="m", progress=False)[0].text == "packed len=1600"
-    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "batched")
+    monkeypatch.setenv(asr_config.SHORT_CLIPS_ENV, "batched")
     assert asr.decoding_options().short_clip_decoding == "batched"
     assert transcribe_batch([clip], model="m", progress=False)[0].text == "batched len=1600"  # not the cache
-    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "tiled")
+    monkeypatch.setenv(asr_config.SHORT_CLIPS_ENV, "tiled")
     with pytest.raises(ValueError, match="CS3_ASR_SHORT_CLIPS='tiled'"):
         transcribe_batch([clip], model="m", progress=False)
 
 
 def test_pack_windows_places_clips_with_gaps_in_order():
-    windows = asr.pack_windows([2.0, 3.0, 20.0, 29.0, 1.0], window_seconds=26.0, gap_seconds=1.0)
+    windows = asr_packing.pack_windows([2.0, 3.0, 20.0, 29.0, 1.0], window_seconds=26.0, gap_seconds=1.0)
     assert windows == [
-        [asr.PlacedClip(0, 0.5, 2.5), asr.PlacedClip(1, 3.5, 6.5)],  # 20 s more would end at 27.5
-        [asr.PlacedClip(2, 0.5, 20.5), asr.PlacedClip(4, 21.5, 22.5)],  # 29 s never fits: left out
+        [
+            asr_packing.PlacedClip(0, 0.5, 2.5),
+            asr_packing.PlacedClip(1, 3.5, 6.5),
+        ],  # 20 s more would end at 27.5
+        [
+            asr_packing.PlacedClip(2, 0.5, 20.5),
+            asr_packing.PlacedClip(4, 21.5, 22.5),
+        ],  # 29 s never fits: left out
     ]
-    assert asr.pack_windows([1.0] * 5, [4, 2], window_seconds=26.0, gap_seconds=1.0) == [
-        [asr.PlacedClip(4, 0.5, 1.5), asr.PlacedClip(2, 2.5, 3.5)]
+    assert asr_packing.pack_windows([1.0] * 5, [4, 2], window_seconds=26.0, gap_seconds=1.0) == [
+        [asr_packing.PlacedClip(4, 0.5, 1.5), asr_packing.PlacedClip(2, 2.5, 3.5)]
     ]
-    assert [len(w) for w in asr.pack_windows([0.5] * 10, max_clips=4)] == [4, 4, 2]
+    assert [len(w) for w in asr_packing.pack_windows([0.5] * 10, max_clips=4)] == [4, 4, 2]
 
 
 TS = 50_364  # timestamp_begin of the multilingual tokenizer; eot is 50_257
@@ -593,27 +601,33 @@ def _ts(seconds: float) -> int:
 
 
 def test_split_window_assigns_segments_to_the_clip_they_overlap():
-    clips = [asr.PlacedClip(7, 0.75, 3.0), asr.PlacedClip(9, 4.5, 8.0)]
+    clips = [asr_packing.PlacedClip(7, 0.75, 3.0), asr_packing.PlacedClip(9, 4.5, 8.0)]
     # timestamps are coarse: the first segment spills 0.2 s into the gap and 0.2 s into the next clip
     tokens = [_ts(0.0), 1, 2, _ts(4.7), _ts(4.7), 3, _ts(6.0), 4, 5, _ts(8.2), EOT]
-    texts, unresolved = asr.split_window(tokens, clips, TS, EOT)
+    texts, unresolved = asr_packing.split_window(tokens, clips, TS, EOT)
     assert texts == {7: [1, 2], 9: [3, 4, 5]} and unresolved == set()
 
 
 def test_split_window_leaves_merged_skipped_and_unfinished_clips_unresolved():
     clips = [
-        asr.PlacedClip(0, 0.75, 2.0),
-        asr.PlacedClip(1, 3.5, 6.0),
-        asr.PlacedClip(2, 7.5, 9.0),
-        asr.PlacedClip(3, 10.5, 12.0),
+        asr_packing.PlacedClip(0, 0.75, 2.0),
+        asr_packing.PlacedClip(1, 3.5, 6.0),
+        asr_packing.PlacedClip(2, 7.5, 9.0),
+        asr_packing.PlacedClip(3, 10.5, 12.0),
     ]
     merged = [_ts(0.0), 1, 2, _ts(6.0), _ts(7.4), 3, _ts(9.2), EOT]  # clips 0+1 in one segment, 3 skipped
-    assert asr.split_window(merged, clips, TS, EOT) == ({2: [3]}, {0, 1, 3})
+    assert asr_packing.split_window(merged, clips, TS, EOT) == ({2: [3]}, {0, 1, 3})
     in_gap = [_ts(0.5), 1, _ts(2.2), _ts(6.3), 2, _ts(7.3), _ts(7.5), 3, _ts(9.0), _ts(10.5), 4, _ts(12.0)]
-    assert asr.split_window(in_gap, clips, TS, EOT) == ({0: [1], 3: [4]}, {1, 2})  # text between 1 and 2
+    assert asr_packing.split_window(in_gap, clips, TS, EOT) == (
+        {0: [1], 3: [4]},
+        {1, 2},
+    )  # text between 1 and 2
     unfinished = [_ts(0.5), 1, _ts(2.0), _ts(3.5), 2, _ts(6.0), _ts(7.5), 3]  # no closing timestamp
-    assert asr.split_window(unfinished, clips, TS, EOT) == ({0: [1], 1: [2]}, {2, 3})
-    assert asr.split_window([1, 2, 3, EOT], clips, TS, EOT) == ({}, {0, 1, 2, 3})  # no timestamps at all
+    assert asr_packing.split_window(unfinished, clips, TS, EOT) == ({0: [1], 1: [2]}, {2, 3})
+    assert asr_packing.split_window([1, 2, 3, EOT], clips, TS, EOT) == (
+        {},
+        {0, 1, 2, 3},
+    )  # no timestamps at all
 
 
 def test_batch_size_must_be_positive(fake_batched):
@@ -671,7 +685,7 @@ def test_default_model_and_backend_follow_env(monkeypatch):
 def test_offline_model_is_joined_once_and_atomically(isolated_cache):
     if asr_offline._package_data_dir(asr_offline._OFFLINE_PARTS[0]) is None:
         pytest.skip("offline Whisper-base not installed (pip install cs3-bench[offline])")
-    target = isolated_cache / "models" / asr.OFFLINE_MODEL_DIR
+    target = isolated_cache / "models" / asr_offline.OFFLINE_MODEL_DIR
     # a half-written leftover (e.g. an older non-atomic join) is replaced, not trusted
     target.mkdir(parents=True)
     (target / "model.bin").write_bytes(b"truncated")
@@ -693,7 +707,7 @@ def test_offline_model_is_joined_once_and_atomically(isolated_cache):
     assert asr.offline_whisper_base() == path
     assert (path / "model.bin").stat().st_mtime_ns == mtime  # not joined again
     left = sorted(p.name for p in target.parent.iterdir() if not p.name.endswith(".lock"))
-    assert left == [asr.OFFLINE_MODEL_DIR]  # no staging left
+    assert left == [asr_offline.OFFLINE_MODEL_DIR]  # no staging left
 
 
 def _fake_offline_parts(root: Path, monkeypatch) -> bytes:
@@ -822,7 +836,7 @@ def test_asr_arguments_give_one_config_with_env_defaults(monkeypatch):
 
 def test_short_clips_argument_overrides_env_and_keys_the_cache(fake_packed, monkeypatch):
     clip = _clip(0.1)
-    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")
+    monkeypatch.setenv(asr_config.SHORT_CLIPS_ENV, "packed")
     assert transcribe_batch([clip], model="m", progress=False)[0].text == "packed len=1600"
     out = transcribe_batch([clip], model="m", progress=False, short_clips="batched")
     assert out[0].text == "batched len=1600"  # not the packed transcript from the cache

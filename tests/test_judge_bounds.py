@@ -7,7 +7,6 @@ import time
 
 import pytest
 
-from cs3_tasks import judge
 from cs3_tasks.judge import (
     JudgeAuthError,
     JudgeConfig,
@@ -16,6 +15,8 @@ from cs3_tasks.judge import (
     judge_knowledge,
     redact,
 )
+from cs3_tasks.judge import engine as judge_engine
+from cs3_tasks.judge import prompts as judge_prompts
 
 try:
     from judge_server import FakeJudgeServer, Reply
@@ -62,13 +63,13 @@ def test_a_long_reply_is_cut_with_a_note_and_the_cached_verdict_is_the_same(tmp_
         [first] = judge_knowledge([ITEM], config)
         [again] = judge_knowledge([ITEM], config)
         assert server.request_count == 1
-    assert first.value is True and len(first.raw) == judge.MAX_REPLY_CHARS
+    assert first.value is True and len(first.raw) == judge_engine.MAX_REPLY_CHARS
     assert "cut to its first" in first.note
     assert again == first
 
 
 def test_a_huge_reply_body_is_not_read_to_the_end(tmp_path):
-    with FakeJudgeServer("正确 " + "x" * (judge.MAX_REPLY_BYTES + 10)) as server:
+    with FakeJudgeServer("正确 " + "x" * (judge_engine.MAX_REPLY_BYTES + 10)) as server:
         [verdict] = judge_knowledge([ITEM], _config(server.base_url, tmp_path))
     assert verdict.value is None and "larger than" in verdict.error
     assert len(verdict.raw) <= 2000
@@ -80,9 +81,9 @@ def test_a_huge_response_is_sent_cut_with_a_note(tmp_path):
         [verdict] = judge_knowledge([huge], _config(server.base_url, tmp_path))
         sent = server.requests[0].prompt
     assert verdict.value is True
-    assert len(sent) <= judge.MAX_MESSAGE_CHARS
-    assert sent.startswith(judge.knowledge_prompt(huge)[:50]) and sent.endswith(
-        judge.knowledge_prompt(huge)[-50:]
+    assert len(sent) <= judge_engine.MAX_MESSAGE_CHARS
+    assert sent.startswith(judge_prompts.knowledge_prompt(huge)[:50]) and sent.endswith(
+        judge_prompts.knowledge_prompt(huge)[-50:]
     )
     assert "judge request cut" in verdict.note
 

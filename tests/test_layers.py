@@ -1,12 +1,23 @@
 """The package's layering (docs/architecture.md): no import circle, no import that points up a layer, no
-module using another module's private names. Reads the source with ast; imports nothing of the package."""
+module using another module's private names. Reads the source with ast; imports nothing of the package.
+
+The lm-eval task folder (task_configs/, shipped as cs3_tasks.task_configs) is walked too, and so are the
+modules named by string (``"cs3_tasks.models.precomputed"``): the start-up hook reaches lm-eval's plugins that
+way (imported when asked for, so they make no circle)."""
 
 from __future__ import annotations
 
 import ast
+import importlib.util
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "cs3_tasks"
+TASK_CONFIGS = PACKAGE.parent / "task_configs"  # shipped as cs3_tasks.task_configs
+MODULE_NAME = re.compile(r"cs3_tasks(\.[A-Za-z_]\w*)+")
+# The one place allowed to name a higher layer's modules, by string only: the start-up hook is lm-eval's
+# plugin registry (our models and task folder), imported only when lm-eval asks for them, never at start-up.
+STRING_ONLY = {"cs3_tasks.harness.lm_eval_hook": ("cs3_tasks.models", "cs3_tasks.task_configs")}
 # a package may import its own layer's packages and those below it, never one above
 LAYER = {
     "prompts": 0,
@@ -33,6 +44,22 @@ def _modules() -> dict[str, Path]:
         parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         found[name] = path
+    for path in TASK_CONFIGS.rglob("*.py"):
+        parts = ("cs3_tasks", "task_configs", *path.relative_to(TASK_CONFIGS).with_suffix("").parts)
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _string_imports(path: Path) -> list[tuple[str, int]]:
+    """(module, line) of every string in the file that names one of our modules (imported by name)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and MODULE_NAME.fullmatch(node.value)
+        ):
+            found.append((node.value, node.lineno))
     return found
 
 
@@ -50,6 +77,23 @@ def _imports(path: Path) -> list[tuple[str, list[str], int]]:
 def _package(module: str) -> str | None:
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else None
+
+
+def test_modules_named_by_string_exist_and_only_the_hook_names_a_higher_layer():
+    modules, named, upward = _modules(), [], []
+    for name, path in modules.items():
+        for module, line in _string_imports(path):
+            named.append(module)
+            if module not in modules and importlib.util.find_spec(module.rsplit(".", 1)[0]) is None:
+                upward.append(
+                    f"{path.relative_to(PACKAGE.parent)}:{line} names {module}, which does not exist"
+                )
+            source, target = _package(name), _package(module)
+            if source in LAYER and target in LAYER and LAYER[target] > LAYER[source]:
+                if not module.startswith(STRING_ONLY.get(name, ())):
+                    upward.append(f"{path.relative_to(PACKAGE.parent)}:{line} names {module} ({target})")
+    assert not upward, "\n".join(upward)
+    assert "cs3_tasks.models.precomputed" in named and "cs3_tasks.task_configs.run" in named
 
 
 def test_no_import_points_up_a_layer():

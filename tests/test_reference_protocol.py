@@ -372,7 +372,8 @@ def test_cli_reference_protocol_equals_the_authors_scripts(set_name, tmp_path, m
 
 
 def _strict_knowledge(reply: str, language: str = "zh"):
-    from cs3_tasks.judge import UnparseableReply, parse_knowledge_verdict
+    from cs3_tasks.judge import UnparseableReply
+    from cs3_tasks.judge.parsing import parse_knowledge_verdict
 
     try:
         return parse_knowledge_verdict(reply, language)
@@ -486,7 +487,7 @@ def test_reference_judge_echoing_the_key_keeps_it_out_of_records_summary_and_cac
 
 def test_reference_judge_reply_of_300000_characters_is_bounded(tmp_path):
     _need_authors()
-    from cs3_tasks.judge import MAX_REPLY_CHARS
+    from cs3_tasks.judge.engine import MAX_REPLY_CHARS
 
     with FakeJudgeServer("正确 " + "x" * 300_000) as server:
         records = _score_small(_config(server, tmp_path))

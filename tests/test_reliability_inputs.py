@@ -224,7 +224,10 @@ def _failing_writes(monkeypatch, code: int, after: int = 0) -> None:
             raise OSError(code, __import__("os").strerror(code), str(path))
         real(path, data)
 
-    monkeypatch.setattr(cache_module, "atomic_write", write)
+    from cs3_tasks.scoring import store, summary
+
+    for module in (cache_module, store, summary):  # every writer of a scoring run's files
+        monkeypatch.setattr(module, "atomic_write", write)
 
 
 def test_a_read_only_out_is_one_line_naming_it(tmp_path, asr, capsys, monkeypatch):

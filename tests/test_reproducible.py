@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from cs3_tasks import asr
+from cs3_tasks.asr import offline as asr_offline
 from cs3_tasks.cli import evaluate
 from cs3_tasks.core import data
 
@@ -152,7 +153,10 @@ def test_the_demos_results_name_no_folder_of_this_machine(readme_demo):
             assert not [p for p in local if p in text], f"{path.relative_to(out)} names a local folder"
     summary = json.loads((out / "demo-strong" / "knowledge.summary.json").read_text(encoding="utf-8"))
     fingerprint = summary["settings"]["asr"]
-    assert fingerprint["model"]["name"] == asr.OFFLINE_MODEL_DIR and len(fingerprint["model"]["sha256"]) == 64
+    assert (
+        fingerprint["model"]["name"] == asr_offline.OFFLINE_MODEL_DIR
+        and len(fingerprint["model"]["sha256"]) == 64
+    )
     assert fingerprint["engine"]["ctranslate2"] and fingerprint["numerics"] in ("portable-avx2", "native")
     # the main job end to end: lm-eval's own table, the leaderboard, the figure, the report
     assert re.search(r"\|[\s-]*cs3_knowledge_en\s*\|", result.stdout)

@@ -11,6 +11,7 @@ import os
 import re
 
 from cs3_tasks.asr.config import AsrModelError
+from cs3_tasks.harness.distributed import cpu_threads_per_process
 
 DEFAULT_BATCH_SIZE = 8  # clips per batched decode (faster-whisper) on a CPU
 # On a GPU the batch is bounded by memory, not cores (not measured here: no GPU on the development machines).
@@ -21,7 +22,6 @@ DEVICE_ENV = "CS3_ASR_DEVICE"
 def cpu_threads() -> int:
     """CPU cores this process may use (faster-whisper's thread count): the ranks of a data-parallel launch
     on one machine share the cores."""
-    from cs3_tasks.harness.distributed import cpu_threads_per_process
 
     return cpu_threads_per_process()
 

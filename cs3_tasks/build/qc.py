@@ -12,6 +12,7 @@ from pathlib import Path
 from cs3_tasks import asr
 from cs3_tasks.build.config import SET_LANGUAGE, BuildConfig
 from cs3_tasks.build.corrections import Correction
+from cs3_tasks.core import metrics, text
 from cs3_tasks.core.cache import atomic_write
 
 
@@ -32,7 +33,6 @@ def qc_scores(source_text: str, transcript: str) -> tuple[float | None, float | 
 
     Both after normalisation (simplified script, case, punctuation); None when the source has no such content.
     """
-    from cs3_tasks.core import metrics, text
 
     ref_zh = "".join(text.cjk_chars(source_text))
     cer = metrics.character_error_rate(ref_zh, "".join(text.cjk_chars(transcript))) if ref_zh else None
@@ -43,7 +43,6 @@ def qc_scores(source_text: str, transcript: str) -> tuple[float | None, float | 
 def english_words_heard(source_text: str, transcript: str) -> tuple[int, int]:
     """(English words of the source found in the transcript, counted with multiplicity; English words of the
     source), after normalisation."""
-    from cs3_tasks.core import text
 
     expected, got = Counter(text.english_words(source_text)), Counter(text.english_words(transcript))
     return sum((expected & got).values()), sum(expected.values())
@@ -54,7 +53,6 @@ def qc_totals(records: Sequence[QcRecord], max_cer: float, min_english_recall: f
 
     A clip whose ASR failed has no transcript to score: it is counted (``asr_errors``), not scored as silence.
     """
-    from cs3_tasks.core import metrics, text
 
     totals: dict[str, dict] = {}
     for set_name in dict.fromkeys(r.set_name for r in records):

@@ -10,6 +10,7 @@ from typing import Any
 from cs3_tasks.build import tts
 from cs3_tasks.build.config import SET_LANGUAGE, BuildConfig
 from cs3_tasks.build.corrections import Correction, CorrectionsError
+from cs3_tasks.core import audio
 from cs3_tasks.core.audio import SAMPLE_RATE
 from cs3_tasks.core.cache import AudioCache, stable_key
 
@@ -107,7 +108,6 @@ def plan_jobs(
 
 def synthesize_job(job: SynthesisJob, cache: AudioCache) -> tuple[bytes, bool]:
     """(16 kHz mono FLAC bytes, came from cache). Raises on failure (the caller records it)."""
-    from cs3_tasks.core import audio
 
     key = job.cache_key()
     cached = cache.get(key)

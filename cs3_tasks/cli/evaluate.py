@@ -13,14 +13,19 @@ from pathlib import Path
 from typing import Any
 
 from cs3_tasks.core.cache import atomic_write
-from cs3_tasks.core.data import SETS
+from cs3_tasks.core.data import SETS, load_docs
+from cs3_tasks.harness.lm_eval_hook import task_dir as _task_dir
+from cs3_tasks.harness.lm_eval_hook import with_our_tasks
+from cs3_tasks.scoring.outputs import audio_label
+from cs3_tasks.scoring.records import CHANNELS
+from cs3_tasks.scoring.store import dataset_identity, write_local_outputs
+from cs3_tasks.scoring.summary import add_comparability, attach_cs_vs_en, summarize, write_summary
 
 DEMO_RESPONSES = Path(__file__).resolve().parents[1] / "demo" / "responses"
 
 
 def task_dir() -> Path:
     """The folder of the cs3 lm-eval task YAMLs."""
-    from cs3_tasks.harness.lm_eval_hook import task_dir as _task_dir
 
     return _task_dir()
 
@@ -38,8 +43,6 @@ def task_manager(
     keyword arguments go to TaskManager (``metadata``...).
     """
     from lm_eval.tasks import TaskManager
-
-    from cs3_tasks.harness.lm_eval_hook import with_our_tasks
 
     return TaskManager(include_path=with_our_tasks(include_path), include_defaults=include_defaults, **kwargs)
 
@@ -82,11 +85,7 @@ def write_scored_dir(
     layout, so ``cs3-bench report`` reads it) and return the summaries, with the cs-vs-en comparison.
     ``metadata``: the lm-eval run's, for the settings and the comparability with the paper. ``outputs``: the
     folder the responses came from (records name their audio relative to it, as ``cs3-bench score`` does)."""
-    from cs3_tasks.core.data import load_docs
-    from cs3_tasks.scoring.outputs import audio_label
-    from cs3_tasks.scoring.store import dataset_identity, write_local_outputs
-    from cs3_tasks.scoring.summary import add_comparability, attach_cs_vs_en, summarize, write_summary
-    from cs3_tasks.task_configs.utils import scoring_settings
+    from cs3_tasks.task_configs.utils import scoring_settings  # deferred: it imports lm_eval
 
     out.mkdir(parents=True, exist_ok=True)
     if outputs is not None:
@@ -130,7 +129,6 @@ def _points(value: float | None) -> str:
 
 def cs_vs_en_markdown(per_model: Mapping[str, Mapping[str, dict]]) -> str:
     """One row per model and channel: accuracy on code-switched vs English questions, drop, preserve rate."""
-    from cs3_tasks.scoring.records import CHANNELS
 
     lines = [
         # drop (abs) = acc en - acc cs is a difference of two percentages: points, not a percentage

@@ -8,6 +8,14 @@ import logging
 import sys
 from pathlib import Path
 
+from cs3_tasks.build.tts import TTSError
+from cs3_tasks.build.tts import default_backend as default_tts_backend
+from cs3_tasks.judge import JudgeConfig, JudgeConfigError
+from cs3_tasks.recipe.build_data import BuildDataConfig, build_data
+from cs3_tasks.recipe.construct import MossFormatError, SpeechSettings
+from cs3_tasks.recipe.mixing import MixConfigError
+from cs3_tasks.recipe.train import RecipeConfigError, load_config, train
+from cs3_tasks.recipe.transforms import TransformConfig
 from cs3_tasks.scoring.options import BUILD_DATA, add_run_options
 from cs3_tasks.scoring.settings import asr_config_from_options
 
@@ -68,13 +76,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_build_data(args: argparse.Namespace) -> int:
-    from cs3_tasks.build.tts import TTSError
-    from cs3_tasks.build.tts import default_backend as default_tts_backend
-    from cs3_tasks.judge import JudgeConfig, JudgeConfigError
-    from cs3_tasks.recipe.build_data import BuildDataConfig, build_data
-    from cs3_tasks.recipe.construct import MossFormatError, SpeechSettings
-    from cs3_tasks.recipe.mixing import MixConfigError
-    from cs3_tasks.recipe.transforms import TransformConfig
 
     try:
         asr_config = asr_config_from_options(vars(args))
@@ -127,7 +128,6 @@ def _run_build_data(args: argparse.Namespace) -> int:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from cs3_tasks.recipe.train import RecipeConfigError, load_config, train
 
     try:
         cfg = load_config(args.config, data=args.data, output_dir=args.output_dir, cor=args.cor, kh=args.kh)

@@ -6,8 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from cs3_tasks.cli import score_many as many
 from cs3_tasks.core.data import SETS
+from cs3_tasks.report import leaderboard as report
+from cs3_tasks.report.html import write_report_quietly
 from cs3_tasks.scoring.options import SCORE, add_run_options
+from cs3_tasks.scoring.rescore import rescore_dir, scored_sets
 from cs3_tasks.scoring.run import ScoreJob, file_system_error, score_outputs
 from cs3_tasks.scoring.settings import ScoringError, settings_from_options
 
@@ -70,8 +74,6 @@ def run(args: argparse.Namespace) -> int:
     settings are built and checked first, by the same validator as lm-eval's ``--metadata``."""
     from contextlib import ExitStack
 
-    from cs3_tasks.cli import score_many as many
-
     if args.from_results is not None:
         return run_from_results(args.from_results, args.out, args.dataset)
     if args.outputs_root is not None and args.model_name:
@@ -114,10 +116,6 @@ def run_from_results(source: Path, out: Path, dataset: str | None) -> int:
     """``cs3-bench score --from-results``: every result dir in ``source`` (itself, or its model folders)
     re-scored from its records into ``out`` (one folder per model for a folder of them, then the leaderboard
     and the HTML report as ``--outputs-root`` writes them); the exit codes of the run that made them."""
-    from cs3_tasks.cli import score_many as many
-    from cs3_tasks.report import leaderboard as report
-    from cs3_tasks.report.html import write_report_quietly
-    from cs3_tasks.scoring.rescore import rescore_dir, scored_sets
 
     source, out = Path(source), Path(out)
     if not source.is_dir():

@@ -24,6 +24,11 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from cs3_tasks import judge
+from cs3_tasks.core.cache import atomic_write
+from cs3_tasks.report import leaderboard as report
+from cs3_tasks.report.html import write_report_quietly
+from cs3_tasks.report.leaderboard import LEADERBOARD_FILES
 from cs3_tasks.scoring.outputs import find_output_sets
 from cs3_tasks.scoring.run import FileSystemError, ScoreJob, file_system_error, score_outputs
 from cs3_tasks.scoring.settings import ScoringError, ScoringSettings
@@ -73,7 +78,6 @@ def find_models(root: Path, out: Path | None = None) -> tuple[list[Path], dict[s
 
 def result_files() -> tuple[str, ...]:
     """The files and folders `score_models` writes into the results folder besides the models' result dirs."""
-    from cs3_tasks.report.leaderboard import LEADERBOARD_FILES
 
     return (*LEADERBOARD_FILES, MODELS_FILE, REPORT_FOLDER)
 
@@ -124,7 +128,6 @@ class ModelsJob:
 def score_model(job: ScoreJob, settings: ScoringSettings, status: ModelStatus) -> None:
     """Score one model into ``status``; never raises but KeyboardInterrupt and FileSystemError (a file that
     cannot be written fails every model alike)."""
-    from cs3_tasks import judge
 
     secret = settings.judge.api_key() if settings.judge is not None else None
     with ExitStack() as held:  # the model's result dir lock, released when its files are written
@@ -159,7 +162,6 @@ def write_models_file(
     exit_code: int | None = None,
 ) -> None:
     """``<out>/models.json`` (atomically): the run's models with their status, and the skipped folders."""
-    from cs3_tasks.core.cache import atomic_write
 
     content = {
         "outputs_root": Path(root).resolve().name,  # names, never a folder of this machine
@@ -230,7 +232,6 @@ def score_root(job: ModelsJob, settings: ScoringSettings) -> int:
 def score_models(
     job: ModelsJob, settings: ScoringSettings, models: Sequence[Path], skipped: Mapping[str, str]
 ) -> int:
-    from cs3_tasks.report import leaderboard as report
 
     root, out = Path(job.root), Path(job.out)
     set_name = job.set_name
@@ -258,7 +259,6 @@ def score_models(
         write_models_file(out, root, set_name, statuses, skipped, exit_code=2)
         return 2
     print(report.write_leaderboard(out, summaries, leaderboard_notes(statuses, skipped)))
-    from cs3_tasks.report.html import write_report_quietly  # the audit report: open out/report/index.html
 
     write_report_quietly(out / REPORT_FOLDER, on_board, settings.dataset)
     code = overall_exit_code(statuses)

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from cs3_tasks.core.scripts import SCRIPTS
+from cs3_tasks.prompts import load_prompt
 
 PAIRS_ENV = "CS3_LANGUAGE_PAIRS"  # extra folders of pair YAML files, os.pathsep-separated
 DEFAULT_PAIR = "zh-en"
@@ -121,7 +122,6 @@ class LanguagePair:
             if not path.is_file():
                 raise LanguagePairError(f"language pair {self.name!r}: prompt file {path} not found")
             return path.read_text(encoding="utf-8")
-        from cs3_tasks.prompts import load_prompt
 
         return load_prompt(ref)
 

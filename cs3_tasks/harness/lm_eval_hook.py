@@ -229,6 +229,7 @@ def refuse_a_rank_without_docs(tasks, limit) -> None:
     lm-eval gives doc i to rank i % world_size, and a rank that gets none stops with a traceback ("did not
     find any docs!") while its peers wait: ``--limit 1`` under two processes. A fractional limit is let by.
     """
+    # deferred: this module is loaded by the .pth hook in every Python process, so it imports little at start
     from cs3_tasks.harness.distributed import launch_world_size
 
     ranks = launch_world_size()

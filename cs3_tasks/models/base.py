@@ -39,7 +39,10 @@ import numpy as np
 from cs3_tasks.core.audio import SAMPLE_RATE, AudioSource, load_audio, write_wav
 from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.data import SETS
+from cs3_tasks.harness.distributed import all_gather_list
+from cs3_tasks.harness.speech import encode_response, speech_output_path
 from cs3_tasks.models.parallel import DataParallelLM
+from cs3_tasks.scoring.outputs import failed_item, output_files
 
 log = logging.getLogger(__name__)
 
@@ -354,7 +357,6 @@ class SpeechLM(DataParallelLM):
     def _check_not_mostly_failed(self, n_failed: int, n_items: int) -> None:
         """RunMostlyFailed when more than half of the run's items (every rank's) failed. A collective: every
         rank gets here once per generate_until, as it does in the task filters."""
-        from cs3_tasks.harness.distributed import all_gather_list
 
         counts = all_gather_list([(n_failed, n_items)])
         n_failed, n_items = sum(f for f, _ in counts), sum(n for _, n in counts)
@@ -382,14 +384,11 @@ class SpeechLM(DataParallelLM):
     # -- saving -------------------------------------------------------------------------------
 
     def wav_path(self, req: SpeechRequest) -> Path:
-        from cs3_tasks.harness.speech import speech_output_path
 
         return speech_output_path(self.output_dir, req.task, req.qid)
 
     def _finish(self, req: SpeechRequest, outcome: Outcome, instance: Any) -> tuple[str, bool]:
         """The encoded response of an item (saved first), and whether it succeeded."""
-        from cs3_tasks.harness.speech import encode_response
-        from cs3_tasks.scoring.outputs import failed_item
 
         text, audio_path, error = "", None, None
         if isinstance(outcome, BaseException):
@@ -473,8 +472,6 @@ class SpeechLM(DataParallelLM):
 
     def _previous_answers(self, reqs: Sequence[SpeechRequest]) -> dict[tuple[str, str], str]:
         """(task, Qid) -> encoded response, for items answered without error in an earlier run."""
-        from cs3_tasks.harness.speech import encode_response
-        from cs3_tasks.scoring.outputs import output_files
 
         found: dict[tuple[str, str], str] = {}
         for task in {req.task for req in reqs}:

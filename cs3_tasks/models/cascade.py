@@ -36,6 +36,9 @@ from typing import Any
 
 from lm_eval.api.registry import register_model
 
+from cs3_tasks.asr import transcribe_batch
+from cs3_tasks.build.offline_llm import offline_llm_checkpoint
+from cs3_tasks.build.tts import default_backend, synthesize
 from cs3_tasks.core.chat_api import RetryPolicy, chat, chat_url
 from cs3_tasks.models.base import (
     Generation,
@@ -114,8 +117,6 @@ class CascadeLM(SpeechLM):
         }
         self.asr_language = asr_language or None
         if not tts_backend:
-            from cs3_tasks.build.tts import default_backend
-
             tts_backend = default_backend()
         self.tts_backend, self.tts_voice = tts_backend, tts_voice
         self.max_concurrency = max(1, int(max_concurrency))
@@ -146,7 +147,6 @@ class CascadeLM(SpeechLM):
     # -- stages ---------------------------------------------------------------------------------
 
     def transcribe(self, requests: Sequence[SpeechRequest]) -> list[str | BaseException]:
-        from cs3_tasks.asr import transcribe_batch
 
         results: list[str | BaseException] = [ItemError("no query audio")] * len(requests)
         with_audio = [i for i, req in enumerate(requests) if req.audio is not None]
@@ -212,7 +212,6 @@ class CascadeLM(SpeechLM):
         return gen.cap(self.max_new_tokens) or FALLBACK_MAX_NEW_TOKENS
 
     def speak(self, text: str) -> SpeechReply:
-        from cs3_tasks.build.tts import synthesize
 
         audio, rate = synthesize(text, backend=self.tts_backend, voice=self.tts_voice)
         return SpeechReply(text=text, audio=audio, sample_rate=rate)
@@ -327,7 +326,6 @@ def same_generation_batches(settings: Sequence[Generation], size: int) -> Iterat
 
 def _offline_llm() -> tuple[str, None]:
     """(checkpoint folder, no GGUF file) of the `bench` extra's offline LLM (cs3_tasks.build.offline_llm)."""
-    from cs3_tasks.build.offline_llm import offline_llm_checkpoint
 
     path = offline_llm_checkpoint()
     if path is None:

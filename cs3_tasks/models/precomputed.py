@@ -28,8 +28,10 @@ from typing import Any
 from lm_eval.api.registry import register_model
 
 from cs3_tasks.core.data import SETS
+from cs3_tasks.harness.speech import encode_response
 from cs3_tasks.models.base import as_bool, set_of_task
 from cs3_tasks.models.parallel import DataParallelLM
+from cs3_tasks.scoring.outputs import read_outputs
 
 __all__ = ["DOC_SET_KEY", "PrecomputedLM", "set_of_task"]
 
@@ -94,14 +96,11 @@ class PrecomputedLM(DataParallelLM):
     def outputs_of(self, set_name: str) -> dict:
         """Qid -> outputs.ModelOutput of one set (read once)."""
         if set_name not in self._outputs:
-            from cs3_tasks.scoring.outputs import read_outputs
-
             # a set declared by the task's own docs (DOC_SET_KEY, e.g. belle_eval_s2s) is accepted as is
             self._outputs[set_name] = read_outputs(self.outputs_dir, set_name, known_sets=(*SETS, set_name))
         return self._outputs[set_name]
 
     def answer(self, instance: Any) -> str:
-        from cs3_tasks.harness.speech import encode_response
 
         doc = instance.doc if isinstance(instance.doc, Mapping) else {}
         qid = doc.get("Qid")

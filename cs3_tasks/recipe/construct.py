@@ -22,8 +22,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cs3_tasks import asr, judge
 from cs3_tasks.asr import AsrConfig
+from cs3_tasks.build import qc as build_qc
+from cs3_tasks.build import synthesis as build
+from cs3_tasks.core import audio
 from cs3_tasks.core.cache import AudioCache
+from cs3_tasks.judge import UnparseableReply
 from cs3_tasks.recipe.transforms import surface_english_words
 
 REWRITER_PROMPT = "recipe_rewriter"
@@ -131,7 +136,6 @@ def read_conversations(path: str | os.PathLike, limit: int | None = None) -> lis
 
 
 def _json_object(reply: str) -> dict:
-    from cs3_tasks.judge import UnparseableReply
 
     match = re.search(r"\{.*\}", reply, re.DOTALL)
     if not match:
@@ -147,7 +151,6 @@ def _json_object(reply: str) -> dict:
 
 def parse_rewrite(reply: str) -> dict:
     """{"rewritten": str, "english_terms": list[str]} from a Rewriter reply."""
-    from cs3_tasks.judge import UnparseableReply
 
     obj = _json_object(reply)
     rewritten = obj.get("rewritten")
@@ -161,7 +164,6 @@ def parse_rewrite(reply: str) -> dict:
 
 def parse_check(reply: str) -> dict:
     """{"accept": bool, "reason": str} from a Checker reply."""
-    from cs3_tasks.judge import UnparseableReply
 
     obj = _json_object(reply)
     accept = obj.get("accept")
@@ -176,7 +178,6 @@ def rewrite_and_check(
     conversations: Sequence[Conversation], rewriter, checker, *, progress: bool = False
 ) -> list[Candidate]:
     """Rewriter then Checker over all conversations (two batched, cached LLM passes)."""
-    from cs3_tasks import judge
 
     cands = [Candidate(c.id, c.query, c.response) for c in conversations]
     template = judge.load_prompt(REWRITER_PROMPT)
@@ -231,10 +232,6 @@ class SpeechSettings:
 
 def synthesize_and_verify(cands: Sequence[Candidate], out_dir: Path, settings: SpeechSettings) -> None:
     """Accepted candidates -> ``out_dir/audio/<id>.wav`` (16 kHz) and a QC status, in place."""
-    from cs3_tasks import asr
-    from cs3_tasks.build import qc as build_qc
-    from cs3_tasks.build import synthesis as build
-    from cs3_tasks.core import audio
 
     cache = AudioCache(out_dir / ".cache" / "tts")
     (out_dir / "audio").mkdir(parents=True, exist_ok=True)

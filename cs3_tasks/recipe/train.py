@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cs3_tasks.core.audio import SAMPLE_RATE
+from cs3_tasks.core.audio import SAMPLE_RATE, load_audio
 from cs3_tasks.recipe.adapter import RECIPE_FILE, apply_adapter, decode_keeping_recipe_tokens
 from cs3_tasks.recipe.transforms import SPECIAL_TOKENS, TransformConfig, postprocess, transform_target
 
@@ -185,7 +185,6 @@ class SpeechCollator:
         return self._ids(self.parts.prompt_prefix), self._ids(suffix)
 
     def features(self, paths: list[Path]):
-        from cs3_tasks.core.audio import load_audio
 
         audios = [load_audio(p) for p in paths]
         return self.fe(audios, sampling_rate=SAMPLE_RATE, return_tensors="pt").input_features
@@ -251,7 +250,7 @@ def build_speech_lm(cfg: TrainConfig, examples: list[TrainExample]):
     """(SpeechLM with LoRA applied to its LLM, tokenizer) for backbone ours/tiny."""
     from peft import get_peft_model
 
-    from cs3_tasks.recipe.model import build_pretrained_speech_lm, build_tiny_speech_lm
+    from cs3_tasks.recipe.model import build_pretrained_speech_lm, build_tiny_speech_lm  # deferred: torch
 
     if cfg.backbone == "tiny":
         # trained on the texts without the recipe tokens: those must be added (and resized) as for a real LLM
@@ -318,7 +317,7 @@ def load_trained(adapter_dir: str | os.PathLike):
     from safetensors.torch import load_file
     from transformers import AutoTokenizer
 
-    from cs3_tasks.recipe.model import build_pretrained_speech_lm, build_tiny_speech_lm
+    from cs3_tasks.recipe.model import build_pretrained_speech_lm, build_tiny_speech_lm  # deferred: torch
 
     adapter_dir = Path(adapter_dir)
     meta = json.loads((adapter_dir / RECIPE_FILE).read_text(encoding="utf-8"))
@@ -353,7 +352,7 @@ def generate(
     max_new_tokens: int = 64,
 ):
     """Responses (cs3_tasks.recipe.transforms.Response) for speech queries: CoR removed, KH stripped."""
-    from cs3_tasks.recipe.model import SpeechLMParts, whisper_feature_extractor
+    from cs3_tasks.recipe.model import SpeechLMParts, whisper_feature_extractor  # deferred: torch
 
     encoder_config = model.encoder.config
     collator = SpeechCollator(tokenizer, whisper_feature_extractor(encoder_config), SpeechLMParts())
@@ -409,8 +408,6 @@ class VocalNetCollator:
     def __call__(self, examples: list[TrainExample]) -> dict:
         import torch
         import whisper
-
-        from cs3_tasks.core.audio import load_audio
 
         rows, labels, mels = [], [], []
         for e in examples:
@@ -501,7 +498,7 @@ def train(cfg: TrainConfig) -> dict:
     """Train; save the adapter to ``cfg.output_dir``; returns {"output_dir", "losses", "examples"}."""
     from transformers import TrainingArguments, set_seed
 
-    from cs3_tasks.recipe.model import SpeechLMParts, whisper_feature_extractor
+    from cs3_tasks.recipe.model import SpeechLMParts, whisper_feature_extractor  # deferred: torch
 
     set_seed(cfg.seed)
     examples = load_examples(cfg.data, cfg.speech_folder, cfg.transforms())

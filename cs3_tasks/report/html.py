@@ -19,8 +19,9 @@ from html import escape
 from importlib import resources
 from pathlib import Path
 
+from cs3_tasks.core import data
 from cs3_tasks.core.cache import atomic_write
-from cs3_tasks.core.data import CATEGORIES, SETS
+from cs3_tasks.core.data import CATEGORIES, SETS, dataset_location
 from cs3_tasks.report import items, tables
 from cs3_tasks.report.compare import baseline_comparisons
 from cs3_tasks.report.leaderboard import leaderboard_rows
@@ -43,7 +44,6 @@ class ReportSettings:
 def dataset_items(set_name: str, location: str | None, out: Path) -> tuple[dict[str, dict], str | None]:
     """Question rows of one set (with question audio written under OUT when the dataset has it), and a
     note when the questions cannot be shown."""
-    from cs3_tasks.core import data
 
     if location is None:
         return {}, f"{set_name}: questions not shown (no dataset given: --dataset or ${data.DATASET_ENV})"
@@ -139,7 +139,6 @@ def write_report_quietly(out: Path, result_dirs: Sequence[Path], dataset: str | 
     """For the commands that write a report after their main job (demo, score --outputs-root): a report
     that cannot be written is an error message, never a lost result. ``dataset``: what the scores were
     computed on (None: the default dataset, as `core.data.dataset_location` resolves it)."""
-    from cs3_tasks.core.data import dataset_location
 
     if not result_dirs:
         return

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.text import english_words
 
 # record keys the report does not show per item (identity shown elsewhere, or replaced by a url)
@@ -110,7 +111,6 @@ def write_question_audio(rows: Mapping[str, dict], set_name: str, clips: Sequenc
     """Write each question clip (``{"Qid", "audio": {"bytes", "path"}}``) to ``out/audio/<set>/`` once and
     set ``audio_url`` on its question row; returns the number written. A file already holding the same
     bytes is left alone, so re-writing a report does not touch unchanged clips."""
-    from cs3_tasks.core.cache import atomic_write
 
     folder = Path(out) / "audio" / set_name
     written = 0

@@ -18,7 +18,7 @@ from cs3_tasks.asr import describe_fingerprint
 from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.data import SETS
 from cs3_tasks.scoring.records import CHANNELS
-from cs3_tasks.scoring.summary import compare_cs_en, read_summary
+from cs3_tasks.scoring.summary import compare_cs_en, incomplete_entry, read_summary
 
 CS_SETS = ("knowledge", "open_ended")
 COLUMNS = (
@@ -136,7 +136,6 @@ def leaderboard_rows(models: Mapping[str, Mapping[str, dict]]) -> list[dict]:
 def incomplete_cells(ch: str, cs: Mapping | None, en: Mapping | None) -> dict:
     """``acc_<ch>_<cs|en>_incomplete``: the bounds to show instead of the accuracy of a set that lacks
     verdicts (a bare number would hide that the missing ones may all be wrong)."""
-    from cs3_tasks.scoring.summary import incomplete_entry
 
     cells = {}
     for suffix, summary in (("cs", cs), ("en", en)):

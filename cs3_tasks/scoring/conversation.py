@@ -25,7 +25,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cs3_tasks import judge as judge_module
+from cs3_tasks.core import metrics, text
+from cs3_tasks.core.languages import load_pair
+from cs3_tasks.scoring import pipeline as scoring
 from cs3_tasks.scoring.records import CHANNELS
+from cs3_tasks.scoring.summary import format_entry, item_counts
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
@@ -107,10 +112,6 @@ def score_conversation(
     ``score_batch``).
     ``on_record`` is called with each record once it is final (the CLI appends it to the records file).
     """
-    from cs3_tasks import judge as judge_module
-    from cs3_tasks.core import metrics, text
-    from cs3_tasks.core.languages import load_pair
-    from cs3_tasks.scoring import pipeline as scoring
 
     pair = load_pair(pair)
     expected = pair.response_language_of(set_name)
@@ -185,7 +186,6 @@ def score_conversation(
 
 
 def _channel_summary(records: Sequence[dict], ch: str) -> dict | None:
-    from cs3_tasks.core import metrics
 
     applicable = [r for r in records if (r["text"] if ch == "text" else r["audio"]) is not None]
     if not applicable:
@@ -210,8 +210,6 @@ def summarize_conversation(records: Sequence[dict]) -> dict:
     excluded); ``asr_error_rate``: mean of the per-item ASR error rates (and the corpus rate, total token
     edits / total tokens). A channel without any response is None (not applicable).
     """
-    from cs3_tasks.core import metrics
-    from cs3_tasks.scoring.summary import item_counts
 
     scorable, counts = item_counts(records, noun="id")
     both = [r for r in scorable if r["text"] is not None and r["transcript"] is not None]
@@ -236,14 +234,12 @@ def summarize_conversation(records: Sequence[dict]) -> dict:
 
 
 def _pair_of(record: Mapping) -> LanguagePair:
-    from cs3_tasks.core.languages import load_pair
 
     source = record.get("pair_source")
     return load_pair(source if source and Path(source).is_file() else record.get("pair"))
 
 
 def _fmt(entry: Mapping | None, percent: bool = False) -> str:
-    from cs3_tasks.scoring.summary import format_entry
 
     return format_entry(entry, percent)
 

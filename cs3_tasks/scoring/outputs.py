@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cs3_tasks.core import text as text_module
+from cs3_tasks.core.audio import audio_file_problem
 from cs3_tasks.core.data import SETS, check_set
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -66,7 +68,6 @@ def audio_label(audio: Any, root: str | os.PathLike | None = None) -> str | None
 
 def repair_text(text: str) -> tuple[str, str | None]:
     """``text`` made encodable (`text.valid_unicode`) and the problem to record when it was not."""
-    from cs3_tasks.core import text as text_module
 
     bad = text_module.lone_surrogates(text)
     if not bad:
@@ -346,8 +347,6 @@ def _authors_wav(outputs_dir: Path, set_name: str, qid: str) -> tuple[str | None
                 return str(wav), None
         wav = outputs_dir / "wav" / f"{qid}.wav"
         if not wav.is_file():  # a directory or a FIFO by that name is said as such (never opened)
-            from cs3_tasks.core.audio import audio_file_problem
-
             missing = f"missing wav: wav/{stem}/{qid}.wav (or wav/{qid}.wav)"
             return None, audio_file_problem(wav) if wav.exists() else missing
     except OSError as exc:
@@ -363,8 +362,6 @@ def _our_audio(outputs_dir: Path, audio: Any) -> tuple[str | None, str | None]:
     path = Path(audio) if Path(audio).is_absolute() else outputs_dir / audio
     try:  # a name too long for the file system (ENAMETOOLONG) is that item's problem
         if not path.is_file():  # a directory or a FIFO is said as such (never opened)
-            from cs3_tasks.core.audio import audio_file_problem
-
             return None, audio_file_problem(path) if path.exists() else f"missing audio file: {audio}"
     except OSError as exc:
         return None, f"audio file {audio[:60]!r}...: {exc.strerror}"

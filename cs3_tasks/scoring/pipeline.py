@@ -36,6 +36,9 @@ from cs3_tasks.scoring.outputs import (
 if TYPE_CHECKING:  # pragma: no cover
     from cs3_tasks.asr import AsrConfig
     from cs3_tasks.judge import JudgeConfig, Verdict
+from cs3_tasks import asr as asr_module
+from cs3_tasks.asr import AsrConfig
+from cs3_tasks.core import metrics, text
 from cs3_tasks.scoring.protocols import Protocol, protocol_for
 from cs3_tasks.scoring.records import (
     ASPECTS,
@@ -127,7 +130,6 @@ def _channel_keyword(
 
 
 def _text_metrics(record: dict, set_name: str) -> None:
-    from cs3_tasks.core import metrics, text
 
     expected = EXPECTED_LANGUAGE[set_name]
     if record["text"] is not None:
@@ -200,7 +202,6 @@ def transcribe_outputs(
     Sets ``transcript`` / ``asr_language`` of each record, or ``asr_error`` and a problem ("ASR failed:
     ...") on that item only. Returns the indices of the records that had speech to transcribe.
     """
-    from cs3_tasks import asr as asr_module
 
     indices = [
         i
@@ -244,8 +245,6 @@ def asr_config(
 ) -> AsrConfig | RecordedTranscripts:
     """``asr`` (default: `asr.AsrConfig()`) with ``model`` / ``backend`` filled in when given."""
     from dataclasses import replace
-
-    from cs3_tasks.asr import AsrConfig
 
     if isinstance(asr, RecordedTranscripts):
         return asr

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cs3_tasks.core.data import KNOWLEDGE_SETS, SETS
+from cs3_tasks.core.languages import load_pair
 from cs3_tasks.core.metrics import UNDERSTOOD_ABOVE
 
 CHANNELS = ("text", "speech")
@@ -23,7 +24,6 @@ DEFAULT_PROTOCOL = "reference"
 
 
 def _zh_en_pair():
-    from cs3_tasks.core.languages import load_pair
 
     return load_pair("zh-en")
 

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from cs3_tasks.asr import Transcript
+
 if TYPE_CHECKING:  # pragma: no cover
     from cs3_tasks.judge import Verdict
     from cs3_tasks.scoring.protocols import Protocol
@@ -20,7 +22,6 @@ class RecordedTranscripts:
     records: Mapping[str, Mapping]
 
     def transcript(self, qid: str):
-        from cs3_tasks.asr import Transcript
 
         record = self.records.get(qid) or {}
         note = record.get("asr_note")

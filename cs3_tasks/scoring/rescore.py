@@ -14,6 +14,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
+from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.data import SETS, load_docs
 from cs3_tasks.scoring import summary as summaries
 from cs3_tasks.scoring.outputs import ModelOutput, join_problems
@@ -100,7 +101,6 @@ def rescore_set(result_dir: Path, set_name: str, dataset: str | None) -> tuple[d
 def rescore_dir(result_dir: Path, out: Path, dataset: str | None) -> tuple[dict[str, dict], ScoreOutcome]:
     """Re-score every set of ``result_dir`` into ``out`` (records, settings, summaries): the summaries, and
     how the run ends (incomplete, as the original run was, when most verdicts failed...)."""
-    from cs3_tasks.core.cache import atomic_write
 
     sets = scored_sets(result_dir)
     if not sets:

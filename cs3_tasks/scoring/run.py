@@ -7,7 +7,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from cs3_tasks import judge
+from cs3_tasks.core import data
 from cs3_tasks.core.data import SETS
+from cs3_tasks.scoring import summary
 from cs3_tasks.scoring.outputs import (
     ModelOutput,
     authors_file,
@@ -116,7 +119,6 @@ def score_outputs(job: ScoreJob, settings: ScoringSettings, held, *, echo: bool 
 def _score_sets(
     job: ScoreJob, settings: ScoringSettings, set_names: list[str], lock: Callable[[], None], *, echo: bool
 ) -> ScoreOutcome:
-    from cs3_tasks.scoring import summary
 
     out = Path(job.out)
     summaries: dict[str, dict] = {}
@@ -151,7 +153,6 @@ def scoring_outcome(
 ) -> ScoreOutcome:
     """How a scored run ended (`ScoreOutcome`): incomplete (3) when most judge verdicts failed or are
     unparsed, a set had no rows, or most items of a set have no response on a channel; else scored (0)."""
-    from cs3_tasks.scoring import summary
 
     failed, asked = judge_failures(records)
     if 2 * failed > asked:
@@ -187,9 +188,6 @@ def _run_set(
 ) -> tuple[dict, list[dict]]:
     """Score one set of ``job.outputs`` into ``job.out``: its summary and records; ScoringError on a
     setup error."""
-    from cs3_tasks import judge
-    from cs3_tasks.core import data
-    from cs3_tasks.scoring import summary
 
     out = Path(job.out)
     try:

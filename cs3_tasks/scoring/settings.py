@@ -6,6 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cs3_tasks import asr as asr_module
+from cs3_tasks.asr import AsrConfig, AsrModelError, asr_device, default_backend
+from cs3_tasks.judge import JudgeConfigError, judge_config_from_options, option_value
+from cs3_tasks.scoring.protocols import reference
 from cs3_tasks.scoring.records import ASR_LANGUAGE_HINT, DEFAULT_PROTOCOL, check_protocol
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,7 +37,6 @@ def run_settings(
 ) -> dict:
     """What the records of a run depend on (protocol, ASR, its language hint and decoding, the judge); a
     reference run adds `reference.protocol_settings` (scripts, comparability with the paper)."""
-    from cs3_tasks import asr as asr_module
 
     resolved = asr.resolved()
     settings: dict[str, Any] = {
@@ -48,8 +51,6 @@ def run_settings(
         "machine": asr_module.machine(),
     }
     if protocol == "reference":
-        from cs3_tasks.scoring.protocols import reference
-
         settings.update(
             reference.protocol_settings(
                 reference_scripts,
@@ -80,9 +81,6 @@ def protocol_asr(asr: AsrConfig, protocol: str, chosen: bool = False) -> AsrConf
     channel is not comparable to the paper)."""
     import os
     from dataclasses import replace
-
-    from cs3_tasks import asr as asr_module
-    from cs3_tasks.scoring.protocols import reference
 
     chosen = (
         chosen
@@ -130,8 +128,6 @@ def asr_config_from_options(options: Mapping[str, Any]) -> AsrConfig:
     """The ASR of a run's options (``asr_backend``, ``asr_model``, ``asr_short_clips``, ``asr_device``: a
     command line's or lm-eval's ``--metadata``), resolved and checked once: an unknown backend or short-clip
     decoding, or a GPU that is not there, is a ValueError naming it before any work."""
-    from cs3_tasks.asr import AsrConfig, AsrModelError, asr_device, default_backend
-    from cs3_tasks.judge import option_value
 
     config = AsrConfig(
         backend=option_value(options, "asr_backend") or default_backend(),
@@ -153,8 +149,6 @@ def settings_from_options(options: Mapping[str, Any], *, reference_prompts: bool
     builder of a judge from options) and, for the reference protocol with a judge, the authors' prompts read
     from their scripts (not with ``reference_prompts=False``: a scorer that does not use them, e.g. BELLE's).
     ScoringError naming the cause before any work starts."""
-    from cs3_tasks.judge import JudgeConfigError, judge_config_from_options, option_value
-    from cs3_tasks.scoring.protocols import reference
 
     protocol = str(option_value(options, "protocol") or DEFAULT_PROTOCOL).lower()
     try:

@@ -9,6 +9,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from cs3_tasks.core.audio import AudioError, content_hash
+from cs3_tasks.core.cache import atomic_write, stable_key
 from cs3_tasks.scoring.outputs import (
     ModelOutput,
     audio_label,
@@ -117,7 +119,6 @@ def local_outputs(out: Path) -> Path | None:
 
 def write_local_outputs(out: Path, outputs: Path) -> None:
     """Record on this machine which outputs folder result dir ``out`` scores (`LOCAL_FILE`)."""
-    from cs3_tasks.core.cache import atomic_write
 
     atomic_write(Path(out) / LOCAL_FILE, json.dumps({"outputs": str(Path(outputs).resolve())}) + "\n")
 
@@ -162,7 +163,6 @@ def needs_rescore(
 def audio_identity(audio: Any) -> str | None:
     """What an output's audio is, for `input_key`: the hash of its bytes (`audio.content_hash`), or why it
     cannot be read (the record then says so too)."""
-    from cs3_tasks.core.audio import AudioError, content_hash
 
     if audio is None:
         return None
@@ -182,7 +182,6 @@ def doc_identity(doc: Mapping | None, doc_fields: Sequence[str] | None) -> dict 
 def input_key(doc: Mapping | None, output: ModelOutput | None, doc_fields: Sequence[str] | None) -> str:
     """What one record is computed from, as a sha256 hex digest: the doc's scored fields, the output's text,
     problem, given transcript and audio bytes (never its path: moved outputs are the same outputs)."""
-    from cs3_tasks.core.cache import stable_key
 
     produced = None
     if output is not None:
@@ -198,7 +197,6 @@ def input_key(doc: Mapping | None, output: ModelOutput | None, doc_fields: Seque
 def dataset_identity(docs: Sequence[Mapping], doc_fields: Sequence[str] | None = SCORED_DOC_FIELDS) -> str:
     """The identity of a set's dataset for ``<set>.settings.json``: a sha256 of its items' scored fields, in
     order (the same content at another path or from another copy is the same dataset)."""
-    from cs3_tasks.core.cache import stable_key
 
     return stable_key([doc_identity(doc, doc_fields) for doc in docs])
 
@@ -222,7 +220,6 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _write_records(path: Path, records: Iterable[dict]) -> None:
-    from cs3_tasks.core.cache import atomic_write
 
     atomic_write(path, "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records))
 
@@ -247,7 +244,6 @@ class RecordsFile:
     ) -> dict[str, dict]:
         """The finished records (none with ``restart``); SettingsMismatchError if made otherwise (other
         settings, another system, another ``outputs`` folder on this machine)."""
-        from cs3_tasks.core.cache import atomic_write
 
         self.out.mkdir(parents=True, exist_ok=True)
         if not restart and any(k in settings for k in IDENTITY_KEYS):

@@ -15,7 +15,10 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cs3_tasks.core import metrics
+from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.data import KNOWLEDGE_SETS, check_set
+from cs3_tasks.judge import redact
 from cs3_tasks.scoring.protocols import Protocol, protocol_for
 from cs3_tasks.scoring.records import CHANNELS, STATUSES, judge_answered_models, judge_ran
 
@@ -29,7 +32,6 @@ def _psr(records: Sequence[dict]) -> dict:
     `metrics.pronunciation_success_rate` gives the counts, the macro mean (kept as "macro") and the micro
     ratio with its item-level bootstrap CI (the words of one answer are not independent).
     """
-    from cs3_tasks.core import metrics
 
     counts = [(r["psr_recognised"], r["psr_total"]) for r in records if r.get("psr_total") is not None]
     entry = metrics.pronunciation_success_rate(counts)
@@ -45,7 +47,6 @@ def _psr(records: Sequence[dict]) -> dict:
 
 
 def _channel_summary(set_name: str, records: Sequence[dict], ch: str, protocol: Protocol) -> dict | None:
-    from cs3_tasks.core import metrics
 
     applicable = [r for r in records if (r["text"] if ch == "text" else r["audio"]) is not None]
     if not applicable:
@@ -150,7 +151,6 @@ def summarize(set_name: str, records: Sequence[dict], protocol: str | None = Non
     own aggregation (`Protocol.finish_channel`; reference: the authors' bounds, ``complete``, the count of
     unparsed verdicts).
     """
-    from cs3_tasks.core import metrics
 
     check_set(set_name)
     if protocol is None:
@@ -214,7 +214,6 @@ def _accuracy(summary: Mapping | None, ch: str, category: str | None = None) -> 
 
 
 def _gap(acc_cs: float | None, acc_en: float | None) -> dict:
-    from cs3_tasks.core import metrics
 
     drop = metrics.accuracy_drop(acc_cs, acc_en)
     return {
@@ -379,7 +378,6 @@ def summary_markdown(summary: Mapping) -> str:
 
 def settings_lines(summary: Mapping) -> list[str]:
     """The judge a summary was made with, for the markdown (its URL through `judge.redact`)."""
-    from cs3_tasks.judge import redact
 
     judge = (summary.get("settings") or {}).get("judge")
     if not isinstance(judge, Mapping):
@@ -413,7 +411,6 @@ def read_summary(out: Path, set_name: str) -> dict | None:
 
 def write_summary(out: Path, summary: Mapping) -> str:
     """Write ``<set>.summary.json`` and ``.summary.md`` atomically; returns the markdown."""
-    from cs3_tasks.core.cache import atomic_write
 
     json_path, md_path = summary_paths(out, summary["set"])
     markdown = summary_markdown(summary)

@@ -12,6 +12,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from cs3_tasks.core import metrics
+from cs3_tasks.judge.engine import JUDGE_ERROR, Verdict
 from cs3_tasks.scoring.records import SCORE_RANGE, UNDERSTOOD
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -78,7 +80,6 @@ class Protocol(ABC):
     def recorded_verdict(self, record: Mapping, ch: str, aspect: str | None) -> Verdict:
         """The verdict `fill_verdict` wrote into ``record`` (the inverse of it), to replay a scored run; a
         judge error when the record holds none."""
-        from cs3_tasks.judge.engine import JUDGE_ERROR, Verdict
 
         prefix = f"{ch}_judge" if aspect is None else f"{ch}_{aspect}"
         judged = f"{prefix}_model" in record or record.get(f"{prefix}_raw") is not None
@@ -115,7 +116,6 @@ class Protocol(ABC):
 
     def understanding_rate(self, relevance: Sequence[int | None]) -> dict:
         """The understanding rate entry (`metrics.rate`) of a channel's relevance scores."""
-        from cs3_tasks.core import metrics
 
         return metrics.rate([self.understood(v) for v in relevance])
 

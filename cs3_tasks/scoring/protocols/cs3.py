@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from cs3_tasks import judge
+from cs3_tasks.core import metrics
 from cs3_tasks.scoring.protocols.base import Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -15,7 +17,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def judge_item(set_name: str, doc: Mapping, response: str, aspect: str | None):
     """The judge module's item for one (doc, response): KnowledgeItem or OpenEndedItem."""
-    from cs3_tasks import judge
 
     qid, question = str(doc["Qid"]), doc.get("Question") or ""
     if aspect is not None:
@@ -38,7 +39,6 @@ class Cs3Protocol(Protocol):
     empty_response_is_wrong = True  # else silence would raise accuracy
 
     def keyword_hit(self, set_name: str, doc: Mapping, response: str) -> bool:
-        from cs3_tasks.core import metrics
 
         if set_name == "knowledge":
             return bool(
@@ -57,7 +57,6 @@ class Cs3Protocol(Protocol):
         context: Any,
         progress: bool = False,
     ) -> list[Verdict]:
-        from cs3_tasks import judge  # looked up at call time: tests stand in for judge_knowledge
 
         items = [judge_item(set_name, doc, response, aspect) for doc, response in pairs]
         if aspect is None:
@@ -66,7 +65,6 @@ class Cs3Protocol(Protocol):
         return judge.judge_open_ended(items, config, aspect=aspect, progress=progress)
 
     def understood(self, relevance: int | None) -> bool | None:
-        from cs3_tasks.core import metrics
 
         return metrics.understood(relevance)  # also checks the 1-5 range
 
