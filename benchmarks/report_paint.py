@@ -34,7 +34,7 @@ WORDS = ["Python", "Kilimanjaro", "Saturn", "organ", "machine learning", "Mozart
 
 
 def synthetic_record(rng: random.Random, set_name: str, i: int, skill: float, clip: Path) -> dict:
-    record = blank_record(set_name, f"q-{i:04d}", CATEGORIES[i % 3], None)
+    record = blank_record(set_name, f"q-{i:04d}", CATEGORIES[i % 3], None, "cs3")
     english = rng.sample(WORDS, 2)
     text = f"答案是{english[0]}，与{english[1]}有关的知识点{i}。"
     heard = text if rng.random() < 0.7 else text.replace(english[0], "")

@@ -92,7 +92,7 @@ def run_note(scoring) -> dict:
     settings = scoring.record_settings("knowledge")
     described = add_comparability({}, settings)
     return {
-        "protocol": scoring.protocol,
+        "protocol": scoring.protocol.name,
         "asr": settings.get("asr"),
         "judge": settings.get("judge"),
         "machine": settings.get("machine"),
@@ -241,7 +241,7 @@ def judge_config(settings: Mapping[str, Any]):
 
 def protocol(settings: Mapping[str, Any]) -> str:
     """The scoring protocol of a run (``protocol``, default reference)."""
-    return scoring_settings_of(settings).protocol
+    return scoring_settings_of(settings).protocol.name
 
 
 def scoring_settings(settings: Mapping[str, Any], set_name: str) -> dict:

@@ -303,15 +303,18 @@ def test_lm_eval_metadata_protocol(monkeypatch, tmp_path):
 
 def test_reference_default_asr_is_large_v3_where_it_can_be_loaded(monkeypatch):
     from cs3_tasks.asr import AsrConfig
+    from cs3_tasks.scoring.protocols import protocol_for
 
     monkeypatch.delenv("CS3_ASR_MODEL", raising=False)
     monkeypatch.delenv("CS3_ASR_BACKEND", raising=False)
     monkeypatch.setattr(reference, "reference_asr_available", lambda: True)
-    config = scoring_settings.protocol_asr(AsrConfig(), "reference")
+    config = scoring_settings.protocol_asr(AsrConfig(), protocol_for("reference"))
     assert (config.backend, config.model) == ("transformers", "openai/whisper-large-v3")
     assert reference.is_reference_asr(config.backend, config.model)
-    assert scoring_settings.protocol_asr(AsrConfig(), "cs3") == AsrConfig()
-    assert scoring_settings.protocol_asr(AsrConfig(model="tiny"), "reference") == AsrConfig(model="tiny")
-    assert scoring_settings.protocol_asr(AsrConfig(), "reference", chosen=True) == AsrConfig()
+    assert scoring_settings.protocol_asr(AsrConfig(), protocol_for("cs3")) == AsrConfig()
+    assert scoring_settings.protocol_asr(AsrConfig(model="tiny"), protocol_for("reference")) == AsrConfig(
+        model="tiny"
+    )
+    assert scoring_settings.protocol_asr(AsrConfig(), protocol_for("reference"), chosen=True) == AsrConfig()
     monkeypatch.setattr(reference, "reference_asr_available", lambda: False)  # not cached: our default
-    assert scoring_settings.protocol_asr(AsrConfig(), "reference") == AsrConfig()
+    assert scoring_settings.protocol_asr(AsrConfig(), protocol_for("reference")) == AsrConfig()

@@ -175,7 +175,7 @@ def test_open_ended_judge_errors_give_bounds():
 
     records = []
     for i, relevance in enumerate([5, 4, None, None]):
-        record = scoring_records.blank_record("open_ended", f"o-{i}", None, None)
+        record = scoring_records.blank_record("open_ended", f"o-{i}", None, None, "cs3")
         record.update(text="answer", text_relevance=relevance, text_semantic=relevance)
         if relevance is None:
             record["text_relevance_error"] = record["text_semantic_error"] = "judge_error: timeout"
@@ -255,7 +255,7 @@ def test_open_ended_items_without_output_widen_the_bounds_only_when_judged():
     def records(judged: bool) -> list[dict]:
         out = []
         for i, relevance in enumerate([5, 4, None]):
-            record = scoring_records.blank_record("open_ended", f"o-{i}", None, None)
+            record = scoring_records.blank_record("open_ended", f"o-{i}", None, None, "cs3")
             if relevance is not None:
                 record["text"] = "answer"
                 if judged:

@@ -15,7 +15,9 @@ from cs3_tasks.scoring.summary import summarize
 def _knowledge_records(set_name: str, correct: list[bool], speech: list[bool] | None) -> list[dict]:
     records = []
     for i, ok in enumerate(correct):
-        record = scoring_records.blank_record(set_name, f"k-{i:03d}", ("Acoustic", "Semantic")[i % 2], None)
+        record = scoring_records.blank_record(
+            set_name, f"k-{i:03d}", ("Acoustic", "Semantic")[i % 2], None, "cs3"
+        )
         record.update(
             text="答" if ok else "错",
             text_status="keyword" if ok else "judge_wrong",
@@ -39,7 +41,7 @@ def _knowledge_records(set_name: str, correct: list[bool], speech: list[bool] | 
 def _open_records(relevance: list[int]) -> list[dict]:
     records = []
     for i, score in enumerate(relevance):
-        record = scoring_records.blank_record("open_ended", f"o-{i:03d}", None, None)
+        record = scoring_records.blank_record("open_ended", f"o-{i:03d}", None, None, "cs3")
         record.update(
             text="答",
             text_relevance=score,

@@ -68,7 +68,7 @@ def test_compare_prints_difference_ci_mcnemar(results, capsys):
 
 
 def test_hostile_text_stays_text_and_missing_audio_is_named(tmp_path):
-    record = blank_record("knowledge", "q-1", "Acoustic", None)
+    record = blank_record("knowledge", "q-1", "Acoustic", None, "cs3")
     record.update(
         text="</script><img src=x onerror=alert(1)> Tanzania",
         text_correct=True,

@@ -22,6 +22,7 @@ from cs3_tasks.scoring.conversation import (
 )
 from cs3_tasks.scoring.options import CONVERSATION, add_run_options
 from cs3_tasks.scoring.outputs import read_outputs
+from cs3_tasks.scoring.protocols import protocol_for
 from cs3_tasks.scoring.settings import asr_config_from_options, run_settings
 from cs3_tasks.scoring.store import RecordsFile, SettingsMismatchError
 
@@ -71,7 +72,10 @@ def run(args) -> int:
     except (OSError, ValueError, RuntimeError) as exc:  # no dataset / no outputs: nothing to score
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    settings = run_settings(asr_config, pair.asr_language_of(args.set_name), judge_config)
+    # the conversation scorer has its own judge prompt: recorded as our audit protocol, as before
+    settings = run_settings(
+        asr_config, pair.asr_language_of(args.set_name), judge_config, protocol_for("cs3")
+    )
     settings["pair"] = pair.name
     store = RecordsFile(args.out, args.set_name)
     try:

@@ -21,6 +21,8 @@ PROTOCOLS = ("reference", "cs3")
 
 
 DEFAULT_PROTOCOL = "reference"
+# what records and settings written before the protocol was recorded were scored by (ours: the only one then)
+UNNAMED_PROTOCOL = "cs3"
 
 
 def _zh_en_pair():
@@ -64,9 +66,7 @@ STATUSES = (
 )
 
 
-def blank_record(
-    set_name: str, qid: str, category: str | None, problem: str | None, protocol: str = "cs3"
-) -> dict:
+def blank_record(set_name: str, qid: str, category: str | None, problem: str | None, protocol: str) -> dict:
     record: dict[str, Any] = {
         "qid": qid,
         "set": set_name,

@@ -19,6 +19,7 @@ from cs3_tasks.core.data import SETS, load_docs
 from cs3_tasks.scoring import summary as summaries
 from cs3_tasks.scoring.outputs import ModelOutput, join_problems
 from cs3_tasks.scoring.pipeline import asr_failed_problem, no_output_problem, score_batch, unknown_id_problem
+from cs3_tasks.scoring.records import UNNAMED_PROTOCOL
 from cs3_tasks.scoring.replay import RecordedTranscripts, RecordedVerdicts
 from cs3_tasks.scoring.run import ScoreOutcome, scoring_outcome
 from cs3_tasks.scoring.settings import ScoringError
@@ -85,12 +86,12 @@ def rescore_set(result_dir: Path, set_name: str, dataset: str | None) -> tuple[d
         asr=RecordedTranscripts(recorded),
         judge=RecordedVerdicts(recorded) if settings.get("judge") else None,
         progress=False,
-        protocol=settings.get("protocol") or "cs3",
+        protocol=settings.get("protocol") or UNNAMED_PROTOCOL,
     )
     for record in records:  # what scoring adds beside the pipeline (`input_key`, lm-eval's `variant`)
         for key, value in (recorded.get(record["qid"]) or {}).items():
             record.setdefault(key, value)
-    result = summaries.summarize(set_name, records, protocol=settings.get("protocol") or "cs3")
+    result = summaries.summarize(set_name, records, protocol=settings.get("protocol") or UNNAMED_PROTOCOL)
     found = summaries.read_summary(result_dir, set_name) or {}
     result["model"] = settings.get("model") or found.get("model")
     result["settings"] = settings

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 from cs3_tasks import asr as asr_module
 from cs3_tasks.asr import AsrConfig, AsrModelError, asr_device, default_backend
 from cs3_tasks.judge import JudgeConfigError, judge_config_from_options, option_value
-from cs3_tasks.scoring.protocols import reference
-from cs3_tasks.scoring.records import ASR_LANGUAGE_HINT, DEFAULT_PROTOCOL, check_protocol
+from cs3_tasks.scoring.protocols import Protocol, protocol_for, reference
+from cs3_tasks.scoring.records import ASR_LANGUAGE_HINT, DEFAULT_PROTOCOL
 
 if TYPE_CHECKING:  # pragma: no cover
     from cs3_tasks.asr import AsrConfig
@@ -31,16 +31,16 @@ def run_settings(
     asr: AsrConfig,
     asr_language: str | None,
     judge_config: JudgeConfig | None,
-    protocol: str = "cs3",
+    protocol: Protocol,
     reference_scripts: Any = None,
     given_transcripts: bool = False,
 ) -> dict:
-    """What the records of a run depend on (protocol, ASR, its language hint and decoding, the judge); a
-    reference run adds `reference.protocol_settings` (scripts, comparability with the paper)."""
+    """What the records of a run depend on (protocol, ASR, its language hint and decoding, the judge), and
+    what the protocol adds (`Protocol.protocol_settings`: the reference protocol's scripts, comparability)."""
 
     resolved = asr.resolved()
     settings: dict[str, Any] = {
-        "protocol": protocol,
+        "protocol": protocol.name,
         # what the transcripts depend on, by identity (asr.fingerprint): engine versions, model weights' hash
         "asr": {"source": "given transcripts (json_asr Response_hyp)"}
         if given_transcripts
@@ -50,15 +50,14 @@ def run_settings(
         # where it ran, for the record: never part of a comparison (store.INFORMATIONAL_KEYS)
         "machine": asr_module.machine(),
     }
-    if protocol == "reference":
-        settings.update(
-            reference.protocol_settings(
-                reference_scripts,
-                judge_config,
-                None if given_transcripts else resolved.backend,
-                None if given_transcripts else settings["asr"]["model"]["name"],
-            )
+    settings.update(
+        protocol.protocol_settings(
+            reference_scripts,
+            judge_config,
+            None if given_transcripts else resolved.backend,
+            None if given_transcripts else settings["asr"]["model"]["name"],
         )
+    )
     return settings
 
 
@@ -75,10 +74,10 @@ def judge_identity(config: JudgeConfig) -> dict:
     }
 
 
-def protocol_asr(asr: AsrConfig, protocol: str, chosen: bool = False) -> AsrConfig:
-    """The reference protocol's default ASR (transformers + openai/whisper-large-v3) where that model can be
-    loaded and no ASR was chosen (options or environment); otherwise ``asr`` (the summary then says the speech
-    channel is not comparable to the paper)."""
+def protocol_asr(asr: AsrConfig, protocol: Protocol, chosen: bool = False) -> AsrConfig:
+    """The protocol's preferred ASR (the reference protocol's: transformers + openai/whisper-large-v3) where
+    that model can be loaded and no ASR was chosen (options or environment); otherwise ``asr`` (the summary
+    then says the speech channel is not comparable to the paper)."""
     import os
     from dataclasses import replace
 
@@ -88,11 +87,11 @@ def protocol_asr(asr: AsrConfig, protocol: str, chosen: bool = False) -> AsrConf
         or bool(os.environ.get(asr_module.MODEL_ENV) or os.environ.get(asr_module.BACKEND_ENV))
         or (asr.backend is not None and asr.backend != asr_module.default_backend())
     )
-    if protocol != "reference" or chosen:
+    preferred = None if chosen else protocol.preferred_asr()
+    if preferred is None:
         return asr
-    if not reference.reference_asr_available():
-        return asr
-    return replace(asr, backend=reference.REFERENCE_ASR_BACKEND, model=reference.REFERENCE_ASR_MODEL)
+    backend, model = preferred
+    return replace(asr, backend=backend, model=model)
 
 
 @dataclass(frozen=True)
@@ -101,7 +100,7 @@ class ScoringSettings:
     so that every set (and every model of ``--outputs-root``) is scored with the same settings. Built by
     `settings_from_options` from the command line or from lm-eval's ``--metadata``."""
 
-    protocol: str
+    protocol: Protocol
     asr: AsrConfig
     judge: JudgeConfig | None
     templates: Any = None  # reference.ReferenceTemplates when the reference protocol has a judge, else None
@@ -150,9 +149,8 @@ def settings_from_options(options: Mapping[str, Any], *, reference_prompts: bool
     from their scripts (not with ``reference_prompts=False``: a scorer that does not use them, e.g. BELLE's).
     ScoringError naming the cause before any work starts."""
 
-    protocol = str(option_value(options, "protocol") or DEFAULT_PROTOCOL).lower()
     try:
-        check_protocol(protocol)
+        protocol = protocol_for(str(option_value(options, "protocol") or DEFAULT_PROTOCOL).lower())
         judge_config = judge_config_from_options(options)
         asr_config = asr_config_from_options(options)
         chosen = bool(option_value(options, "asr_backend") or option_value(options, "asr_model"))
@@ -160,9 +158,11 @@ def settings_from_options(options: Mapping[str, Any], *, reference_prompts: bool
     except (JudgeConfigError, ValueError) as exc:
         raise ScoringError(str(exc)) from None
     templates = None
-    if protocol == "reference" and judge_config is not None and reference_prompts:
-        try:  # the judge prompts are read now: a missing copy fails before any ASR or judge work
-            templates = reference.load_templates(option_value(options, "reference_scripts") or None)
+    if reference_prompts:
+        try:  # the judge prompts are read now (reference): a missing copy fails before any ASR or judge work
+            templates = protocol.judge_context(
+                judge_config, option_value(options, "reference_scripts") or None
+            )
         except reference.ReferenceScriptsError as exc:
             raise ScoringError(str(exc)) from None
     return ScoringSettings(

@@ -20,7 +20,7 @@ from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.data import KNOWLEDGE_SETS, check_set
 from cs3_tasks.judge import redact
 from cs3_tasks.scoring.protocols import Protocol, protocol_for
-from cs3_tasks.scoring.records import CHANNELS, STATUSES, judge_answered_models, judge_ran
+from cs3_tasks.scoring.records import CHANNELS, STATUSES, UNNAMED_PROTOCOL, judge_answered_models, judge_ran
 
 # the two sets compared by `compare_cs_en`: (code-switched, English twin)
 CS_EN_PAIR = ("knowledge", "knowledge_en")
@@ -147,14 +147,14 @@ def item_counts(records: Sequence[dict], *, noun: str = "Qid") -> tuple[list[dic
 def summarize(set_name: str, records: Sequence[dict], protocol: str | None = None) -> dict:
     """Headline rates with 95% CIs, per Category, and every count needed to audit them.
 
-    ``protocol``: the records' (their "protocol" key; records without one are "cs3"). The protocol adds its
+    ``protocol``: the records' (their "protocol" key; without one: `UNNAMED_PROTOCOL`). The protocol adds its
     own aggregation (`Protocol.finish_channel`; reference: the authors' bounds, ``complete``, the count of
     unparsed verdicts).
     """
 
     check_set(set_name)
     if protocol is None:
-        protocol = next((r.get("protocol") for r in records if r.get("protocol")), "cs3")
+        protocol = next((r.get("protocol") for r in records if r.get("protocol")), UNNAMED_PROTOCOL)
     scoring = protocol_for(protocol)
     scorable, counts = item_counts(records)
     channels = {ch: _channel_summary(set_name, scorable, ch, scoring) for ch in CHANNELS}
@@ -185,7 +185,7 @@ def add_comparability(summary: dict, settings: Mapping) -> dict:
     qwen-max-2025-01-25, pinned scripts, speech transcribed by Whisper-large-v3 through transformers), from
     the run's settings (`scoring.run_settings`); ``notes`` lists what is not, and whether the transcripts
     depend on the machine (ASR numerics native)."""
-    protocol_for(settings.get("protocol") or "cs3").add_comparability(summary, settings)
+    protocol_for(settings.get("protocol") or UNNAMED_PROTOCOL).add_comparability(summary, settings)
     judge = settings.get("judge") or {}
     answered = sorted(set(summary.get("judge_answered_models") or {}) - {judge.get("model"), "unknown"})
     if answered:  # the endpoint served another model than the one asked for (an alias, a redirect)

@@ -37,6 +37,18 @@ class Protocol(ABC):
     def keyword_hit(self, set_name: str, doc: Mapping, response: str) -> bool:
         """The keyword stage of a knowledge set: True accepts the response without the judge."""
 
+    def preferred_asr(self) -> tuple[str, str] | None:
+        """(backend, model) of the ASR this protocol scores speech with when none was chosen and it can be
+        loaded here; None: the package's default ASR."""
+        return None
+
+    def protocol_settings(
+        self, scripts: Any, judge: JudgeConfig | None, asr_backend: str | None, asr_model: str | None
+    ) -> dict:
+        """What ``<set>.settings.json`` records about this protocol beyond its name (e.g. the reference
+        protocol's scripts and comparability flags)."""
+        return {}
+
     def judge_context(self, judge: JudgeConfig | None, reference_scripts: Any = None, templates: Any = None):
         """What the judge needs beyond its config (the reference protocol: the authors' templates), loaded
         before any ASR or judge work so that a setup error comes first; None when nothing is."""

@@ -226,6 +226,15 @@ class ReferenceProtocol(Protocol):
         fields = ("Answer_zh", "Answer_en") if set_name == "knowledge" else ("Answer",)
         return keyword_hit(set_name, {f: doc.get(f) or "" for f in fields}, response)
 
+    def preferred_asr(self) -> tuple[str, str] | None:
+        """Whisper-large-v3 through transformers, their ASR, when it is in the local Hugging Face cache."""
+        return (REFERENCE_ASR_BACKEND, REFERENCE_ASR_MODEL) if reference_asr_available() else None
+
+    def protocol_settings(
+        self, scripts: Any, judge: JudgeConfig | None, asr_backend: str | None, asr_model: str | None
+    ) -> dict:
+        return protocol_settings(scripts, judge, asr_backend, asr_model)
+
     def judge_context(self, judge: JudgeConfig | None, reference_scripts: Any = None, templates: Any = None):
         if judge is not None and templates is None:
             templates = load_templates(reference_scripts)  # fail fast, before ASR and judge work
