@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cs3_tasks.asr import AsrConfig
+
 
 def belle_dir() -> Path:
     root = os.environ.get("CS3_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -94,7 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     for mode in args.modes.split(","):
         t0 = time.perf_counter()
         transcripts = asr.transcribe_batch(
-            [p for p, _ in pairs], model=model_name, use_cache=False, progress=True, short_clips=mode
+            [p for p, _ in pairs],
+            asr=AsrConfig(model=model_name, short_clips=mode),
+            use_cache=False,
+            progress=True,
         )
         elapsed = time.perf_counter() - t0
         hyps = texts[mode] = [t.text for t in transcripts]

@@ -39,6 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from cs3_tasks.asr import AsrConfig
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("CS3_SHARED_DATA") or REPO.parent / "shared" / "data")
 # The authors' scripts, which the default (reference) protocol reads its judge prompts from.
@@ -401,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
 
         # load the model, OpenCC and the Whisper normaliser once for both pipelines (excluded from timings)
         asr.transcribe_batch(
-            [np.zeros(16000, dtype=np.float32)], model=model, use_cache=False, progress=False
+            [np.zeros(16000, dtype=np.float32)], asr=AsrConfig(model=model), use_cache=False, progress=False
         )
         metrics.mixed_error_rate("答案是 Salt Lake City", "答案是 salt lake city")
         metrics.knowledge_keyword_hit("鹽湖城", "盐湖城", "Salt Lake City")

@@ -36,8 +36,9 @@ class MyS2SModel(SpeechLM):
     def answer(self, req: SpeechRequest) -> SpeechReply:
         question = self.query_audio(req, 16_000)  # the spoken question: float32, mono, 16 kHz
         settings = generation(req.gen_kwargs)  # lm-eval's max_gen_toks, until, do_sample, temperature
-        # Replace this placeholder (it repeats the question) with your model: it hears `question` (the task's
-        # instruction is req.instruction) and answers in text and in speech, in settings.max_tokens tokens.
+        # Replace this placeholder (it writes "I do not know." and speaks the question back) with your model:
+        # it hears `question` (the task's instruction is req.instruction) and answers in text and in speech,
+        # in settings.max_tokens tokens.
         text = settings.cut("I do not know.")
         return SpeechReply(text=text, audio=question, sample_rate=16_000)
 

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 from judge_server import FakeJudgeServer
 
-from cs3_tasks.asr import Transcript
+from cs3_tasks.asr import AsrConfig, Transcript
 
 
 def pytest_configure(config):
@@ -80,21 +80,19 @@ class FakeASR:
         audios: Sequence[Any],
         language: str | None = None,
         *,
-        model: str | None = None,
-        backend: str | None = None,
+        asr: AsrConfig | None = None,
         use_cache: bool = True,
         progress: bool = True,
         batch_size: int | None = None,
-        short_clips: str | None = None,
-        device: str | None = None,
     ) -> list[Transcript]:
+        config = asr or AsrConfig()
         self.calls.append(
             {
                 "audios": list(audios),
                 "language": language,
-                "model": model,
-                "backend": backend,
-                "short_clips": short_clips,
+                "model": config.model,
+                "backend": config.backend,
+                "short_clips": config.short_clips,
             }
         )
         heard = [self.hear(audio, language) for audio in audios]

@@ -17,7 +17,7 @@ import pytest
 import soundfile as sf
 
 from cs3_tasks import asr
-from cs3_tasks.asr import Transcript, transcribe_batch
+from cs3_tasks.asr import AsrConfig, Transcript, transcribe_batch
 from cs3_tasks.asr import config as asr_config
 from cs3_tasks.asr import faster_whisper as fw_backend
 from cs3_tasks.asr import numerics as asr_numerics
@@ -92,7 +92,7 @@ def belle_sample(whisper_base) -> tuple[list[tuple[Path, str]], list[Transcript]
     default_mode = asr_config.DECODING.short_clip_decoding  # named: a module fixture sees no test's env
     wavs = [p for p, _ in sample]
     transcripts = transcribe_batch(
-        wavs, model=whisper_base, use_cache=False, progress=False, short_clips=default_mode
+        wavs, asr=AsrConfig(model=whisper_base, short_clips=default_mode), use_cache=False, progress=False
     )
     return sample, transcripts
 
@@ -133,7 +133,7 @@ def test_path_bytes_array_and_dict_inputs_give_equal_transcripts(whisper_base):
     assert sr == 22_050
     # (every input form decodes to identical samples: tests/test_audio.py; here the model end to end)
     inputs = [wav, raw, (native, sr), {"array": native, "sampling_rate": sr}, load_audio(wav)]
-    transcripts = transcribe_batch(inputs, model=whisper_base, use_cache=False, progress=False)
+    transcripts = transcribe_batch(inputs, asr=AsrConfig(model=whisper_base), use_cache=False, progress=False)
     assert all(t.error is None for t in transcripts)
     assert len({t.text for t in transcripts}) == 1, [t.text for t in transcripts]
     assert _cer(reference, transcripts[0].text) < 0.3
@@ -149,7 +149,9 @@ def test_22k_and_44k_inputs_are_resampled(whisper_base, tmp_path):
         sf.write(str(path44), resample(native, sr, 44_100), 44_100, subtype="PCM_16")
         sources += [wav, path44]
         refs += [reference, reference]
-    transcripts = transcribe_batch(sources, model=whisper_base, use_cache=False, progress=False)
+    transcripts = transcribe_batch(
+        sources, asr=AsrConfig(model=whisper_base), use_cache=False, progress=False
+    )
     cers = [_cer(r, t.text) for r, t in zip(refs, transcripts)]
     # Were a rate ignored, speech would play 1.4x-2.8x too slow and turn to gibberish.
     assert max(cers) < 0.35, list(zip(cers, [t.text for t in transcripts]))
@@ -159,7 +161,9 @@ def test_22k_and_44k_inputs_are_resampled(whisper_base, tmp_path):
 @pytest.mark.slow
 def test_language_detection_zh_for_belle(whisper_base):
     wav, _ = _belle_pairs()[1]
-    (transcript,) = transcribe_batch([wav], model=whisper_base, use_cache=False, progress=False)
+    (transcript,) = transcribe_batch(
+        [wav], asr=AsrConfig(model=whisper_base), use_cache=False, progress=False
+    )
     assert transcript.language == "zh"
     assert transcript.error is None and transcript.text
 
@@ -171,7 +175,9 @@ def test_language_detection_en_for_espeak_english(whisper_base, tmp_path):
     sentence = "The weather is very nice today, so we are going to the park."
     subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(wav), sentence], check=True)
     assert sf.info(str(wav)).samplerate == 22_050  # espeak-ng's native rate: resampled on the way in
-    (transcript,) = transcribe_batch([wav], model=whisper_base, use_cache=False, progress=False)
+    (transcript,) = transcribe_batch(
+        [wav], asr=AsrConfig(model=whisper_base), use_cache=False, progress=False
+    )
     assert transcript.language == "en", transcript
     words = set(transcript.text.lower().replace(",", " ").replace(".", " ").split())
     assert {"weather", "park"} <= words, transcript.text
@@ -191,7 +197,7 @@ def test_bad_items_give_error_transcripts_and_the_rest_continue(whisper_base, tm
         np.zeros(0, dtype=np.float32),
         wav,
     ]
-    transcripts = transcribe_batch(batch, model=whisper_base, progress=False)
+    transcripts = transcribe_batch(batch, asr=AsrConfig(model=whisper_base), progress=False)
     assert len(transcripts) == len(batch)
     assert transcripts[0].error is None and transcripts[-1].error is None
     assert transcripts[0].text == transcripts[-1].text and _cer(reference, transcripts[0].text) < 0.3
@@ -204,7 +210,7 @@ def test_bad_items_give_error_transcripts_and_the_rest_continue(whisper_base, tm
 @pytest.mark.slow
 def test_real_model_cache_hit_does_no_asr(whisper_base, monkeypatch, isolated_cache):
     wavs = [p for p, _ in _belle_pairs()[:2]]
-    first = transcribe_batch(wavs, model=whisper_base, progress=False)
+    first = transcribe_batch(wavs, asr=AsrConfig(model=whisper_base), progress=False)
     assert (isolated_cache / "asr.sqlite").is_file()
     runner = asr_runners.cached_runner("faster-whisper", whisper_base)
     clips = []
@@ -212,9 +218,9 @@ def test_real_model_cache_hit_does_no_asr(whisper_base, monkeypatch, isolated_ca
     monkeypatch.setattr(
         runner, "transcribe_many", lambda audios, lang: clips.extend(audios) or original(audios, lang)
     )
-    second = transcribe_batch([str(w) for w in wavs], model=whisper_base, progress=False)
+    second = transcribe_batch([str(w) for w in wavs], asr=AsrConfig(model=whisper_base), progress=False)
     assert second == first and clips == []
-    third = transcribe_batch(wavs, model=whisper_base, use_cache=False, progress=False)
+    third = transcribe_batch(wavs, asr=AsrConfig(model=whisper_base), use_cache=False, progress=False)
     assert third == first and len(clips) == 2
 
 
@@ -234,8 +240,12 @@ def test_batched_and_per_clip_decoding_give_identical_transcripts(whisper_base, 
         "transcribe_many",
         lambda a, lang: batches.append([asr.max_new_tokens(x) for x in a]) or original(a, lang),
     )
-    batched = transcribe_batch(wavs, model=whisper_base, use_cache=False, progress=False, batch_size=4)
-    per_clip = transcribe_batch(wavs, model=whisper_base, use_cache=False, progress=False, batch_size=1)
+    batched = transcribe_batch(
+        wavs, asr=AsrConfig(model=whisper_base), use_cache=False, progress=False, batch_size=4
+    )
+    per_clip = transcribe_batch(
+        wavs, asr=AsrConfig(model=whisper_base), use_cache=False, progress=False, batch_size=1
+    )
     # batch_size=1 never calls the batched path
     assert sum(map(len, batches)) == 6 and all(len(caps) <= 4 and len(set(caps)) == 1 for caps in batches)
     assert all(t.error is None and t.text for t in batched)
@@ -260,7 +270,9 @@ def test_language_is_detected_per_clip_in_one_batch(whisper_base, tmp_path, monk
         monkeypatch.setattr(
             runner, name, lambda a, lang, o=original, seen=seen: seen.append(len(a)) or o(a, lang)
         )
-    zh, en = transcribe_batch([chinese, english], model=whisper_base, use_cache=False, progress=False)
+    zh, en = transcribe_batch(
+        [chinese, english], asr=AsrConfig(model=whisper_base), use_cache=False, progress=False
+    )
     if mode == "batched":
         assert calls == {"transcribe_many": [2], "transcribe_packed": []}  # one batched decode
     else:  # one packing call; its window held two languages: at most one clip is decoded on its own
@@ -282,7 +294,9 @@ def test_corrupt_clip_in_a_batch_fails_alone(whisper_base, tmp_path, monkeypatch
     monkeypatch.setattr(
         runner, "transcribe_many", lambda a, lang: batches.append(len(a)) or original(a, lang)
     )
-    out = transcribe_batch([wavs[0], corrupt, wavs[1]], model=whisper_base, use_cache=False, progress=False)
+    out = transcribe_batch(
+        [wavs[0], corrupt, wavs[1]], asr=AsrConfig(model=whisper_base), use_cache=False, progress=False
+    )
     assert batches == [2]
     assert out[1].text == "" and out[1].language is None and "undecodable" in out[1].error
     assert [t.error for t in (out[0], out[2])] == [None, None]
@@ -324,7 +338,7 @@ def test_packed_decoding_matches_per_clip_accuracy_on_belle(whisper_base, belle_
     monkeypatch.setattr(
         runner, "transcribe_many", lambda a, lang: left_over.append(len(a)) or original(a, lang)
     )
-    packed = transcribe_batch(wavs, model=whisper_base, use_cache=False, progress=False)
+    packed = transcribe_batch(wavs, asr=AsrConfig(model=whisper_base), use_cache=False, progress=False)
     # at least half the clips were resolved by the packed windows (12 of 24 on one-BLAS-thread features; 18
     # before, on two threads: packing is sensitive to the features' last bit)
     assert sum(left_over) <= 12, left_over
@@ -366,7 +380,7 @@ def test_uncertain_language_clips_are_decoded_alone(whisper_base, monkeypatch):
     monkeypatch.setattr(
         runner, "transcribe_many", lambda a, lang: alone.extend(len(x) for x in a) or original(a, lang)
     )
-    out = transcribe_batch(wavs, model=whisper_base, use_cache=False, progress=False)
+    out = transcribe_batch(wavs, asr=AsrConfig(model=whisper_base), use_cache=False, progress=False)
     assert alone == [min(len(load_audio(w)) for w in wavs)]
     assert all(t.error is None and t.text and t.language == "zh" for t in out), out
 
@@ -377,7 +391,10 @@ def test_silent_clip_among_packed_clips_is_empty_and_neighbours_are_intact(whisp
     wavs = [p for p, _ in _belle_pairs()[:3]]
     silence = np.zeros(3 * SAMPLE_RATE, dtype=np.float32)
     out = transcribe_batch(
-        [wavs[0], silence, wavs[1], wavs[2]], model=whisper_base, use_cache=False, progress=False
+        [wavs[0], silence, wavs[1], wavs[2]],
+        asr=AsrConfig(model=whisper_base),
+        use_cache=False,
+        progress=False,
     )
     assert out[1].error is None and out[1].text == ""
     refs = [r for _, r in _belle_pairs()[:3]]
@@ -425,19 +442,19 @@ def _clip(value: float, n: int = 1600) -> np.ndarray:
 
 def test_cache_keys_on_content_language_and_model(fake_runner):
     a, b = _clip(0.1), _clip(0.2)
-    assert transcribe_batch([a, b], model="m1", progress=False) == [
+    assert transcribe_batch([a, b], asr=AsrConfig(model="m1"), progress=False) == [
         Transcript("len=1600", "zh"),
         Transcript("len=1600", "zh"),
     ]
     assert fake_runner.calls == 2
-    transcribe_batch([a, b, a.copy()], model="m1", progress=False)
+    transcribe_batch([a, b, a.copy()], asr=AsrConfig(model="m1"), progress=False)
     assert fake_runner.calls == 2  # all three are hits (a.copy() has the same content)
-    transcribe_batch([a], model="m1", language="en", progress=False)
-    transcribe_batch([a], model="m2", progress=False)
-    transcribe_batch([a], model="m1", backend="openai-whisper", progress=False)
-    transcribe_batch([(a, 22_050)], model="m1", progress=False)  # same samples at another rate
+    transcribe_batch([a], asr=AsrConfig(model="m1"), language="en", progress=False)
+    transcribe_batch([a], asr=AsrConfig(model="m2"), progress=False)
+    transcribe_batch([a], asr=AsrConfig(model="m1", backend="openai-whisper"), progress=False)
+    transcribe_batch([(a, 22_050)], asr=AsrConfig(model="m1"), progress=False)  # same samples at another rate
     assert fake_runner.calls == 6
-    transcribe_batch([a], model="m1", use_cache=False, progress=False)
+    transcribe_batch([a], asr=AsrConfig(model="m1"), use_cache=False, progress=False)
     assert fake_runner.calls == 7
 
 
@@ -445,26 +462,26 @@ def test_an_upgraded_engine_never_reuses_another_engines_transcripts(fake_runner
     from cs3_tasks.asr import fingerprint
 
     a = _clip(0.1)
-    transcribe_batch([a], model="m1", progress=False)
-    transcribe_batch([a], model="m1", progress=False)
+    transcribe_batch([a], asr=AsrConfig(model="m1"), progress=False)
+    transcribe_batch([a], asr=AsrConfig(model="m1"), progress=False)
     assert fake_runner.calls == 1
     installed = fingerprint.engine_versions("faster-whisper")
     monkeypatch.setattr(fingerprint, "engine_versions", lambda backend: {**installed, "ctranslate2": "9.9.9"})
-    transcribe_batch([a], model="m1", progress=False)  # another engine version: heard again
+    transcribe_batch([a], asr=AsrConfig(model="m1"), progress=False)  # another engine version: heard again
     assert fake_runner.calls == 2
     monkeypatch.setenv(asr_numerics.NUMERICS_ENV, "native")  # another arithmetic: heard again
-    transcribe_batch([a], model="m1", progress=False)
+    transcribe_batch([a], asr=AsrConfig(model="m1"), progress=False)
     assert fake_runner.calls == 3
 
 
 def test_failures_are_reported_per_item_and_not_cached(fake_runner):
     good, flaky = _clip(0.1), _clip(0.25)
-    first = transcribe_batch([good, flaky, good], model="m", progress=False)
+    first = transcribe_batch([good, flaky, good], asr=AsrConfig(model="m"), progress=False)
     assert first[0] == first[2] == Transcript("len=1600", "zh")
     assert first[1].text == "" and first[1].language is None
     assert first[1].error == "asr_error: RuntimeError: decoder exploded"
     calls = fake_runner.calls
-    healed = transcribe_batch([good, flaky], model="m", progress=False)
+    healed = transcribe_batch([good, flaky], asr=AsrConfig(model="m"), progress=False)
     assert healed == [Transcript("len=1600", "zh"), Transcript("len=1600", "zh")]
     assert fake_runner.calls == calls + 1  # only the failed item was retried
 
@@ -493,22 +510,24 @@ def fake_batched(monkeypatch):
 def test_short_clips_are_batched_by_length_and_long_clips_go_one_by_one(fake_batched):
     lengths = [3200, 1600, 31 * SAMPLE_RATE, 4800, 1600, 2400]
     clips = [_clip(0.1 + i / 100, n) for i, n in enumerate(lengths)]
-    out = transcribe_batch(clips, model="m", progress=False, batch_size=2)
+    out = transcribe_batch(clips, asr=AsrConfig(model="m"), progress=False, batch_size=2)
     assert fake_batched.batches == [[1600, 1600], [2400, 3200], [4800]]  # sorted: similar caps together
     assert fake_batched.calls == 1  # only the 31 s clip took the per-clip path
     expected = [f"batched len={n}" if n <= 30 * SAMPLE_RATE else f"len={n}" for n in lengths]
     assert [t.text for t in out] == expected  # results back in input order
-    assert fake_batched.calls == 1 and transcribe_batch(clips, model="m", progress=False) == out  # cached
+    assert (
+        fake_batched.calls == 1 and transcribe_batch(clips, asr=AsrConfig(model="m"), progress=False) == out
+    )  # cached
 
 
 def test_failed_batch_falls_back_per_clip_and_is_not_cached(fake_batched):
     clips = [_clip(0.1), _clip(0.5), _clip(0.2), _clip(0.3)]
-    out = transcribe_batch(clips, model="m", progress=False, batch_size=2, language="en")
+    out = transcribe_batch(clips, asr=AsrConfig(model="m"), progress=False, batch_size=2, language="en")
     # the batch holding the 0.5 clip raised: both of its clips were decoded per clip
     assert sum(t.text.startswith("batched") for t in out) == 2
     assert all(t.error is None and t.text.endswith("len=1600") and t.language == "en" for t in out)
     assert fake_batched.calls == 2
-    transcribe_batch(clips, model="m", progress=False, batch_size=2, language="en")
+    transcribe_batch(clips, asr=AsrConfig(model="m"), progress=False, batch_size=2, language="en")
     assert fake_batched.calls == 4  # the fallback transcripts were not cached: the batch is retried
     assert len(fake_batched.batches) == 3
 
@@ -538,7 +557,7 @@ def fake_packed(monkeypatch):
 def test_packing_leaves_unresolved_clips_to_the_batched_path(fake_packed):
     lengths = [3200, 1600, 31 * SAMPLE_RATE, 4800]
     clips = [_clip(v, n) for v, n in zip((0.1, 0.6, 0.2, 0.7), lengths)]
-    out = transcribe_batch(clips, model="m", progress=False, batch_size=4)
+    out = transcribe_batch(clips, asr=AsrConfig(model="m"), progress=False, batch_size=4)
     assert fake_packed.packed == [[1600, 3200, 4800]]  # short clips, sorted by length
     assert fake_packed.batches == [[1600, 4800]]  # the two packing left unresolved
     assert [t.text for t in out] == [
@@ -551,27 +570,31 @@ def test_packing_leaves_unresolved_clips_to_the_batched_path(fake_packed):
 
 def test_silent_clips_are_empty_without_decoding(fake_packed):
     quiet = np.full(1600, 10 ** (-61 / 20), dtype=np.float32)  # peak -61 dBFS
-    out = transcribe_batch([quiet, np.zeros(3200, dtype=np.float32), _clip(0.1)], model="m", progress=False)
+    out = transcribe_batch(
+        [quiet, np.zeros(3200, dtype=np.float32), _clip(0.1)], asr=AsrConfig(model="m"), progress=False
+    )
     assert out[:2] == [Transcript("", None), Transcript("", None)]
     assert fake_packed.packed == [[1600]] and out[2].text == "packed len=1600"  # only the speech was decoded
 
 
 def test_failed_packing_falls_back_to_batches(fake_packed):
     clips = [_clip(0.1), _clip(0.45, 3200)]
-    out = transcribe_batch(clips, model="m", progress=False, batch_size=4)
+    out = transcribe_batch(clips, asr=AsrConfig(model="m"), progress=False, batch_size=4)
     assert [t.text for t in out] == ["batched len=1600", "batched len=3200"]
     assert all(t.error is None for t in out)
 
 
 def test_short_clip_decoding_is_chosen_by_env_and_keys_the_cache(fake_packed, monkeypatch):
     clip = _clip(0.1)
-    assert transcribe_batch([clip], model="m", progress=False)[0].text == "packed len=1600"
+    assert transcribe_batch([clip], asr=AsrConfig(model="m"), progress=False)[0].text == "packed len=1600"
     monkeypatch.setenv(asr_config.SHORT_CLIPS_ENV, "batched")
     assert asr.decoding_options().short_clip_decoding == "batched"
-    assert transcribe_batch([clip], model="m", progress=False)[0].text == "batched len=1600"  # not the cache
+    assert (
+        transcribe_batch([clip], asr=AsrConfig(model="m"), progress=False)[0].text == "batched len=1600"
+    )  # not the cache
     monkeypatch.setenv(asr_config.SHORT_CLIPS_ENV, "tiled")
     with pytest.raises(ValueError, match="CS3_ASR_SHORT_CLIPS='tiled'"):
-        transcribe_batch([clip], model="m", progress=False)
+        transcribe_batch([clip], asr=AsrConfig(model="m"), progress=False)
 
 
 def test_pack_windows_places_clips_with_gaps_in_order():
@@ -632,32 +655,36 @@ def test_split_window_leaves_merged_skipped_and_unfinished_clips_unresolved():
 
 def test_batch_size_must_be_positive(fake_batched):
     with pytest.raises(ValueError, match="batch_size"):
-        transcribe_batch([_clip(0.1)], model="m", progress=False, batch_size=0)
+        transcribe_batch([_clip(0.1)], asr=AsrConfig(model="m"), progress=False, batch_size=0)
 
 
 def test_progress_counts_clips_not_batches(fake_batched, capsys):
-    transcribe_batch([_clip(0.6 + i / 100) for i in range(5)], model="m", progress=True, batch_size=4)
+    transcribe_batch(
+        [_clip(0.6 + i / 100) for i in range(5)], asr=AsrConfig(model="m"), progress=True, batch_size=4
+    )
     assert "5/5" in capsys.readouterr().err
 
 
 def test_resampled_input_reaches_the_model_at_16k(fake_runner):
     one_second_44k = np.full(44_100, 0.01, dtype=np.float32)
     one_second_22k = np.full(22_050, 0.01, dtype=np.float32)
-    out = transcribe_batch([(one_second_44k, 44_100), (one_second_22k, 22_050)], model="m", progress=False)
+    out = transcribe_batch(
+        [(one_second_44k, 44_100), (one_second_22k, 22_050)], asr=AsrConfig(model="m"), progress=False
+    )
     assert [t.text for t in out] == [f"len={SAMPLE_RATE}", f"len={SAMPLE_RATE}"]
 
 
 def test_empty_batch_and_unknown_backend(fake_runner):
-    assert transcribe_batch([], model="m", progress=False) == []
+    assert transcribe_batch([], asr=AsrConfig(model="m"), progress=False) == []
     with pytest.raises(ValueError, match="unknown ASR backend"):
-        transcribe_batch([_clip(0.1)], model="m", backend="kaldi", progress=False)
+        transcribe_batch([_clip(0.1)], asr=AsrConfig(model="m", backend="kaldi"), progress=False)
 
 
 def test_progress_bar_only_when_asked(fake_runner, capsys):
     clips = [_clip(0.1 + i / 100) for i in range(3)]
-    transcribe_batch(clips, model="m", progress=False)
+    transcribe_batch(clips, asr=AsrConfig(model="m"), progress=False)
     assert "ASR" not in capsys.readouterr().err
-    transcribe_batch([_clip(0.5 + i / 100) for i in range(3)], model="m", progress=True)
+    transcribe_batch([_clip(0.5 + i / 100) for i in range(3)], asr=AsrConfig(model="m"), progress=True)
     assert "ASR" in capsys.readouterr().err
 
 
@@ -778,7 +805,9 @@ def test_offline_model_absent_gives_none(monkeypatch):
 
 def test_openai_whisper_unknown_model_is_a_clear_error():
     with pytest.raises(asr.AsrModelError, match="neither a checkpoint file nor one of"):
-        transcribe_batch([_clip(0.1)], model="no-such-model", backend="openai-whisper", progress=False)
+        transcribe_batch(
+            [_clip(0.1)], asr=AsrConfig(model="no-such-model", backend="openai-whisper"), progress=False
+        )
 
 
 @pytest.mark.slow
@@ -807,7 +836,10 @@ def test_openai_whisper_runs_a_tiny_local_checkpoint(tmp_path):
     )
     audio = (0.01 * np.random.default_rng(0).standard_normal(SAMPLE_RATE)).astype(np.float32)
     out = transcribe_batch(
-        [audio, b"not audio"], model=str(checkpoint), backend="openai-whisper", language="zh", progress=False
+        [audio, b"not audio"],
+        asr=AsrConfig(model=str(checkpoint), backend="openai-whisper"),
+        language="zh",
+        progress=False,
     )
     assert out[0].error is None and isinstance(out[0].text, str) and out[0].language == "zh"
     assert out[1].error is not None and out[1].error.startswith("audio_error")
@@ -837,8 +869,8 @@ def test_asr_arguments_give_one_config_with_env_defaults(monkeypatch):
 def test_short_clips_argument_overrides_env_and_keys_the_cache(fake_packed, monkeypatch):
     clip = _clip(0.1)
     monkeypatch.setenv(asr_config.SHORT_CLIPS_ENV, "packed")
-    assert transcribe_batch([clip], model="m", progress=False)[0].text == "packed len=1600"
-    out = transcribe_batch([clip], model="m", progress=False, short_clips="batched")
+    assert transcribe_batch([clip], asr=AsrConfig(model="m"), progress=False)[0].text == "packed len=1600"
+    out = transcribe_batch([clip], asr=AsrConfig(model="m", short_clips="batched"), progress=False)
     assert out[0].text == "batched len=1600"  # not the packed transcript from the cache
     assert asr.decoding_options("batched").short_clip_decoding == "batched"
 

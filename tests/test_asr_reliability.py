@@ -15,7 +15,7 @@ import pytest
 import soundfile as sf
 
 from cs3_tasks import asr
-from cs3_tasks.asr import Transcript, transcribe_batch
+from cs3_tasks.asr import AsrConfig, Transcript, transcribe_batch
 from cs3_tasks.asr import config as asr_config
 from cs3_tasks.asr import offline as asr_offline
 from cs3_tasks.asr import transcribe as asr_transcribe
@@ -87,44 +87,48 @@ def test_default_decoding_is_per_clip_and_named_in_the_settings(runner):
     assert asdict(asr.decoding_options())["short_clip_decoding"] == "batched"
     assert "max_audio_seconds" in asdict(asr.decoding_options())
     clips = [_clip(i) for i in range(5)]
-    out = transcribe_batch(clips, model="m", progress=False)
+    out = transcribe_batch(clips, asr=AsrConfig(model="m"), progress=False)
     assert runner["runner"].packed_clips == 0
     assert all(t.text.startswith("alone ") for t in out)
 
 
 def test_default_transcript_does_not_depend_on_neighbours_or_cache_history(runner):
     clips = [_clip(i) for i in range(12)]
-    cold = transcribe_batch(clips, model="m", progress=False, use_cache=False)
-    transcribe_batch(clips[:3], model="m", progress=False)  # warm the cache with a few
-    warm = transcribe_batch(clips[::-1] + [_clip(99)], model="m", progress=False)
+    cold = transcribe_batch(clips, asr=AsrConfig(model="m"), progress=False, use_cache=False)
+    transcribe_batch(clips[:3], asr=AsrConfig(model="m"), progress=False)  # warm the cache with a few
+    warm = transcribe_batch(clips[::-1] + [_clip(99)], asr=AsrConfig(model="m"), progress=False)
     assert warm[:12][::-1] == cold
 
 
 def test_packed_results_are_a_function_of_the_set_of_clips(runner, monkeypatch):
     monkeypatch.setenv(asr_config.SHORT_CLIPS_ENV, "packed")
     clips = [_clip(i) for i in range(10)]
-    cold = transcribe_batch(clips, model="m", progress=False, use_cache=False)
+    cold = transcribe_batch(clips, asr=AsrConfig(model="m"), progress=False, use_cache=False)
     assert all(" among " in t.text for t in cold)
     # the same set in another order, duplicated, after a partial warm-up of the cache: same transcripts
-    transcribe_batch(clips[:4], model="m", progress=False)
+    transcribe_batch(clips[:4], asr=AsrConfig(model="m"), progress=False)
     shuffled = list(range(10))
     random.Random(0).shuffle(shuffled)
-    warm = transcribe_batch([clips[i] for i in shuffled] + [clips[0].copy()], model="m", progress=False)
+    warm = transcribe_batch(
+        [clips[i] for i in shuffled] + [clips[0].copy()], asr=AsrConfig(model="m"), progress=False
+    )
     assert [warm[shuffled.index(i)] for i in range(10)] == cold and warm[-1] == cold[0]
     calls = runner["runner"].calls
-    assert transcribe_batch(clips, model="m", progress=False) == cold  # cached under the same set
+    assert (
+        transcribe_batch(clips, asr=AsrConfig(model="m"), progress=False) == cold
+    )  # cached under the same set
     assert runner["runner"].calls == calls
 
 
 def test_packed_kill_loses_at_most_the_group_in_flight_and_resumes_to_the_cold_result(runner, monkeypatch):
     monkeypatch.setenv(asr_config.SHORT_CLIPS_ENV, "packed")
     clips = [_clip(i) for i in range(2 * asr_transcribe.MEMORY_CHUNK + 5)]  # three packing groups
-    cold = transcribe_batch(clips, model="m", progress=False, use_cache=False)
+    cold = transcribe_batch(clips, asr=AsrConfig(model="m"), progress=False, use_cache=False)
     runner["runner"] = _NeighbourRunner(kill_after=1)  # killed while packing the second group
     with pytest.raises(_Killed):
-        transcribe_batch(clips, model="m", progress=False)
+        transcribe_batch(clips, asr=AsrConfig(model="m"), progress=False)
     runner["runner"] = _NeighbourRunner()
-    assert transcribe_batch(clips, model="m", progress=False) == cold
+    assert transcribe_batch(clips, asr=AsrConfig(model="m"), progress=False) == cold
     assert (
         runner["runner"].packed_clips == len(clips) - asr_transcribe.MEMORY_CHUNK
     )  # the first group was kept
@@ -134,9 +138,9 @@ def test_a_kill_during_asr_keeps_every_finished_batch(runner):
     clips = [_clip(i) for i in range(20)]
     runner["runner"] = _NeighbourRunner(kill_after=2)  # two batches of 8 return, the third is killed
     with pytest.raises(_Killed):
-        transcribe_batch(clips, model="m", progress=False)
+        transcribe_batch(clips, asr=AsrConfig(model="m"), progress=False)
     runner["runner"] = _NeighbourRunner()
-    out = transcribe_batch(clips, model="m", progress=False)
+    out = transcribe_batch(clips, asr=AsrConfig(model="m"), progress=False)
     assert runner["runner"].batched_clips == 20 - 16
     assert all(t.text.startswith("alone ") for t in out)
 
@@ -159,14 +163,14 @@ def test_a_truncated_wav_is_an_error_not_its_first_part(tmp_path, runner):
     with pytest.raises(AudioError, match="truncated WAV"):
         load_audio(truncated.read_bytes())
     assert len(load_audio(whole)) == 28_000  # a complete file is fine
-    (out,) = transcribe_batch([truncated], model="m", progress=False)
+    (out,) = transcribe_batch([truncated], asr=AsrConfig(model="m"), progress=False)
     assert out.text == "" and "truncated WAV" in out.error
 
 
 def test_a_one_frame_clip_is_too_short_to_transcribe(tmp_path, runner):
     one_frame = tmp_path / "one.wav"
     sf.write(one_frame, np.array([[0.3, -0.3]], dtype=np.float32), SAMPLE_RATE, subtype="PCM_16")
-    out = transcribe_batch([one_frame, _clip(3)], model="m", progress=False)
+    out = transcribe_batch([one_frame, _clip(3)], asr=AsrConfig(model="m"), progress=False)
     assert out[0].text == "" and "too short to transcribe" in out[0].error
     assert out[1].error is None and out[1].text
 
@@ -175,10 +179,10 @@ def test_long_audio_is_cut_with_a_note(runner, monkeypatch):
     monkeypatch.setattr(asr_transcribe, "DECODING", asr_config.DecodingOptions(max_audio_seconds=40.0))
     seen = []
     runner["runner"].transcribe = lambda audio, language: seen.append(len(audio)) or ("long", "zh")
-    (out,) = transcribe_batch([_clip(4, 50 * SAMPLE_RATE)], model="m", progress=False)
+    (out,) = transcribe_batch([_clip(4, 50 * SAMPLE_RATE)], asr=AsrConfig(model="m"), progress=False)
     assert seen == [40 * SAMPLE_RATE]
     assert out.text == "long" and out.note == "only the first 40 s of 50.0 s were transcribed"
-    assert transcribe_batch([_clip(4, 50 * SAMPLE_RATE)], model="m", progress=False) == [
+    assert transcribe_batch([_clip(4, 50 * SAMPLE_RATE)], asr=AsrConfig(model="m"), progress=False) == [
         out
     ]  # cached, note too
     assert seen == [40 * SAMPLE_RATE]
@@ -191,7 +195,7 @@ def test_a_run_that_transcribes_nothing_does_not_copy_the_model(isolated_cache):
     assert model == str(isolated_cache / "models" / asr_offline.OFFLINE_MODEL_DIR)
     asdict(asr.decoding_options())
     assert not (isolated_cache / "models").exists()  # nothing copied for settings or a text-only run
-    assert transcribe_batch([], model=model, progress=False) == []
+    assert transcribe_batch([], asr=AsrConfig(model=model), progress=False) == []
     assert (
         isolated_cache / "models" / asr_offline.OFFLINE_MODEL_DIR / "model.bin"
     ).is_file()  # joined for ASR

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from cs3_tasks import asr
+from cs3_tasks.asr import AsrConfig, transcribe_batch
 from cs3_tasks.asr import runners as asr_runners
-from cs3_tasks.asr import transcribe_batch
 from cs3_tasks.core.audio import SAMPLE_RATE
 
 torch = pytest.importorskip("torch")
@@ -114,12 +114,14 @@ def _noise(seconds: float = 1.0) -> np.ndarray:
 
 def test_transformers_backend_runs_a_tiny_local_checkpoint(tiny_whisper):
     out = transcribe_batch(
-        [_noise(), b"not audio"], model=tiny_whisper, backend="transformers", progress=False
+        [_noise(), b"not audio"], asr=AsrConfig(model=tiny_whisper, backend="transformers"), progress=False
     )
     assert out[0].error is None and isinstance(out[0].text, str)
     assert out[0].language is None  # not forced, and the pipeline call reports none
     assert out[1].error is not None and out[1].error.startswith("audio_error")
-    again = transcribe_batch([_noise()], model=tiny_whisper, backend="transformers", progress=False)
+    again = transcribe_batch(
+        [_noise()], asr=AsrConfig(model=tiny_whisper, backend="transformers"), progress=False
+    )
     assert again[0].text == out[0].text  # deterministic (and now served from the cache)
 
 
@@ -137,10 +139,17 @@ def test_transformers_backend_uses_the_authors_settings(tiny_whisper, monkeypatc
 
     monkeypatch.setattr(runner, "pipe", spy)
     transcribe_batch(
-        [_noise(0.5)], model=tiny_whisper, backend="transformers", progress=False, use_cache=False
+        [_noise(0.5)],
+        asr=AsrConfig(model=tiny_whisper, backend="transformers"),
+        progress=False,
+        use_cache=False,
     )
     transcribe_batch(
-        [_noise(0.5)], "zh", model=tiny_whisper, backend="transformers", progress=False, use_cache=False
+        [_noise(0.5)],
+        "zh",
+        asr=AsrConfig(model=tiny_whisper, backend="transformers"),
+        progress=False,
+        use_cache=False,
     )
     assert calls == [(SAMPLE_RATE, {}), (SAMPLE_RATE, {"generate_kwargs": {"language": "zh"}})]
 
@@ -150,5 +159,7 @@ def test_transformers_backend_default_model_and_load_error(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(asr.AsrModelError, match="cannot load transformers Whisper model"):
         transcribe_batch(
-            [_noise(0.2)], model="no-such-org/no-such-whisper", backend="transformers", progress=False
+            [_noise(0.2)],
+            asr=AsrConfig(model="no-such-org/no-such-whisper", backend="transformers"),
+            progress=False,
         )

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import yaml
 
-from cs3_tasks.asr import Transcript
+from cs3_tasks.asr import AsrConfig, Transcript
 from cs3_tasks.build import card, qc, tts
 from cs3_tasks.build import dataset as build
 from cs3_tasks.build.config import BuildConfig
@@ -464,7 +464,7 @@ def test_qc_report_flags_and_corrections_close_the_loop(tmp_path, monkeypatch, f
     # each clip is 'heard' as the text registered for its audio bytes
     fake_asr(lambda clip, language: heard.get(hashlib.sha256(clip).hexdigest(), ""))
     corrections: dict = {}
-    cfg = config(source, out, qc="all", asr_model="fake-asr")
+    cfg = config(source, out, qc="all", asr=AsrConfig(model="fake-asr"))
     build.build_dataset(cfg)  # fill the cache
     hear_everything_but("demo_knowledge-001")
     result = build.build_dataset(cfg)
@@ -480,14 +480,16 @@ def test_qc_report_flags_and_corrections_close_the_loop(tmp_path, monkeypatch, f
     # accept after listening
     fixes = tmp_path / "corrections.yaml"
     fixes.write_text("knowledge/demo_knowledge-001: {action: accept, note: fine by ear}\n", encoding="utf-8")
-    accepted = build.build_dataset(config(source, out, qc="all", asr_model="fake-asr", corrections=fixes))
+    accepted = build.build_dataset(
+        config(source, out, qc="all", asr=AsrConfig(model="fake-asr"), corrections=fixes)
+    )
     assert accepted.flagged == [] and [r.status for r in accepted.qc].count("accepted") == 1
 
     # or re-synthesize with another seed: only that clip is redone, and it passes
     fixes.write_text("knowledge/demo_knowledge-001: {action: resynthesize, seed: 3}\n", encoding="utf-8")
     corrections = load_corrections(fixes, records)
     fake.calls.clear()
-    cfg_fix = config(source, out, qc="all", asr_model="fake-asr", corrections=fixes)
+    cfg_fix = config(source, out, qc="all", asr=AsrConfig(model="fake-asr"), corrections=fixes)
     build.build_dataset(cfg_fix)
     assert [(c["text"], c["seed"]) for c in fake.calls] == [(records["knowledge"][1]["Question"], 3)]
     hear_everything_but(None)
@@ -499,7 +501,7 @@ def test_asr_failure_is_recorded_not_scored(tmp_path, monkeypatch, fake_asr):
     monkeypatch.setattr(tts, "synthesize", FakeTTS())
     fake_asr(lambda clip, language: Transcript("", None, "asr_error: boom"))
     source = small_source(tmp_path / "src", n_knowledge=1, n_open=1)
-    result = build.build_dataset(config(source, tmp_path / "out", qc="all", asr_model="fake-asr"))
+    result = build.build_dataset(config(source, tmp_path / "out", qc="all", asr=AsrConfig(model="fake-asr")))
     assert {r.status for r in result.qc} == {"asr_error"} and all(r.cer is None for r in result.qc)
 
 

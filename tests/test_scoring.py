@@ -90,13 +90,10 @@ class FakeASR:
         audios,
         language=None,
         *,
-        model=None,
-        backend=None,
+        asr=None,
         use_cache=True,
         progress=True,
         batch_size=None,
-        short_clips=None,
-        device=None,
     ):
         names = [Path(a).name for a in audios]
         self.calls.append(names)

@@ -76,10 +76,7 @@ from cs3_tasks.asr.config import (
     WHISPER_WINDOW_SECONDS,
     AsrConfig,
     Transcript,
-    check_backend,
     decoding_options,
-    default_backend,
-    default_model,
     max_new_tokens,
 )
 from cs3_tasks.asr.device import asr_device, batch_size_for
@@ -106,29 +103,27 @@ def transcribe_batch(
     audios: Sequence[AudioSource],
     language: str | None = None,
     *,
-    model: str | None = None,
-    backend: str | None = None,
+    asr: AsrConfig | None = None,
     use_cache: bool = True,
     progress: bool = True,
     batch_size: int | None = None,
-    short_clips: str | None = None,
-    device: str | None = None,
 ) -> list[Transcript]:
-    """Transcribe every audio in order; ``language=None`` lets Whisper detect it per item.
+    """Transcribe every audio in order with the ASR of ``asr`` (default ``AsrConfig()``: the backend,
+    model, short-clip decoding and device of the environment and defaults, `AsrConfig.resolved`);
+    ``language=None`` lets Whisper detect it per item.
 
     A per-item failure gives Transcript(text="", language=None, error="<cause>") and the rest
     continue. A model that cannot be loaded raises AsrModelError (nothing could be transcribed).
-    ``backend`` None is ``default_backend()``; ``short_clips`` as ``decoding_options``.
     ``batch_size`` is how many clips faster-whisper decodes together (1: one at a time; default from the
-    device). ``device``: "cpu", "cuda", "cuda:N" (default ``asr_device()``).
+    device).
     """
-    backend = backend or default_backend()
-    check_backend(backend)
-    device = asr_device(device)
+    config = (asr or AsrConfig()).resolved()
+    backend, short_clips = config.backend, config.short_clips
+    device = asr_device(config.device)
     batch_size = batch_size_for(device) if batch_size is None else batch_size
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    model_name = join_if_offline(model or default_model(backend))
+    model_name = join_if_offline(config.model)
     options = decoding_options(short_clips)
     packed = options.short_clip_decoding == "packed"
     results: list[Transcript | None] = [None] * len(audios)

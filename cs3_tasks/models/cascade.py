@@ -36,7 +36,7 @@ from typing import Any
 
 from lm_eval.api.registry import register_model
 
-from cs3_tasks.asr import transcribe_batch
+from cs3_tasks.asr import AsrConfig, transcribe_batch
 from cs3_tasks.build.offline_llm import offline_llm_checkpoint
 from cs3_tasks.build.tts import default_backend, synthesize
 from cs3_tasks.core.chat_api import RetryPolicy, chat, chat_url
@@ -108,13 +108,10 @@ class CascadeLM(SpeechLM):
             raise ValueError(f"cs3-cascade: send_instruction must be one of {SEND_INSTRUCTION}")
         self.max_new_tokens = int(max_new_tokens) if max_new_tokens else None
         # default device: this rank's GPU when there is one (cs3_tasks.asr.asr_device)
-        self.asr = {
-            "model": asr_model,
-            "backend": asr_backend,
-            "short_clips": asr_short_clips,
-            "use_cache": as_bool(asr_use_cache),
-            "device": asr_device or None,
-        }
+        self.asr = AsrConfig(
+            asr_backend or None, asr_model or None, asr_short_clips or None, asr_device or None
+        )
+        self.asr_use_cache = as_bool(asr_use_cache)
         self.asr_language = asr_language or None
         if not tts_backend:
             tts_backend = default_backend()
@@ -153,7 +150,12 @@ class CascadeLM(SpeechLM):
         for i, req in enumerate(requests):
             if req.audio is None:
                 results[i] = ItemError(f"{req.task}/{req.qid}: the request carries no query audio")
-        transcripts = transcribe_batch([requests[i].audio for i in with_audio], self.asr_language, **self.asr)
+        transcripts = transcribe_batch(
+            [requests[i].audio for i in with_audio],
+            self.asr_language,
+            asr=self.asr,
+            use_cache=self.asr_use_cache,
+        )
         for i, transcript in zip(with_audio, transcripts):
             if transcript.error:
                 results[i] = ItemError(

@@ -264,9 +264,9 @@ def synthesize_and_verify(cands: Sequence[Candidate], out_dir: Path, settings: S
     heard = asr.transcribe_batch(
         [f for _, f in spoken],
         language="zh",
-        model=settings.asr.model,
-        backend=settings.asr.backend,
-        short_clips=settings.asr.short_clips,
+        asr=AsrConfig(
+            model=settings.asr.model, backend=settings.asr.backend, short_clips=settings.asr.short_clips
+        ),
         progress=settings.progress,
     )
     for (cand, _), transcript in zip(spoken, heard):

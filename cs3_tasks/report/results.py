@@ -51,6 +51,21 @@ def read_records(result_dir: Path, set_name: str) -> list[dict] | None:
     return list(by_qid.values())
 
 
+def result_dirs_in(paths: Sequence[Path]) -> list[Path]:
+    """The result dirs named: each path itself, or, for a folder of them (what ``score --outputs-root`` and
+    ``demo`` write: one result dir per model beside the leaderboard and the report), its result dirs."""
+    found = []
+    for path in map(Path, paths):
+        holds = path.is_dir() and any(path.glob("*.summary.json"))
+        inner = (
+            sorted(d for d in path.iterdir() if d.is_dir() and any(d.glob("*.summary.json")))
+            if path.is_dir()
+            else []
+        )
+        found += inner if inner and not holds else [path]
+    return found
+
+
 def load_results(result_dirs: Sequence[Path]) -> dict[str, ModelResults]:
     """model -> its summaries and records, from every scored set in the dirs (model name as in
     `leaderboard.load_summaries`; the same errors for missing dirs and a set given twice)."""

@@ -98,8 +98,6 @@ def score_conversation(
     pair: LanguagePair | str | None = None,
     *,
     asr: AsrConfig | None = None,
-    asr_model: str | None = None,
-    asr_backend: str | None = None,
     judge: JudgeConfig | None = None,
     progress: bool = True,
     on_record: Callable[[dict], None] | None = None,
@@ -125,7 +123,7 @@ def score_conversation(
         records,
         pairs,
         language=pair.asr_language_of(set_name),
-        asr=scoring.asr_config(asr, asr_model, asr_backend),
+        asr=asr,
         progress=progress,
     )
 

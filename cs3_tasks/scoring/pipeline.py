@@ -223,10 +223,7 @@ def transcribe_outputs(
         transcripts = asr_module.transcribe_batch(
             [pairs[i][1].audio for i in to_transcribe],
             language=language,
-            model=config.model,
-            backend=config.backend,
-            short_clips=config.short_clips,
-            device=config.device,
+            asr=config,
             progress=progress,
         )
     for i, transcript in zip(to_transcribe, transcripts):
@@ -240,27 +237,12 @@ def transcribe_outputs(
     return indices
 
 
-def asr_config(
-    asr: AsrConfig | RecordedTranscripts | None, model: str | None = None, backend: str | None = None
-) -> AsrConfig | RecordedTranscripts:
-    """``asr`` (default: `asr.AsrConfig()`) with ``model`` / ``backend`` filled in when given."""
-    from dataclasses import replace
-
-    if isinstance(asr, RecordedTranscripts):
-        return asr
-
-    config = asr or AsrConfig()
-    return replace(config, model=model or config.model, backend=backend or config.backend)
-
-
 def score_batch(
     set_name: str,
     docs: Sequence[Mapping],
     outputs: Sequence[ModelOutput],
     *,
     asr: AsrConfig | RecordedTranscripts | None = None,
-    asr_model: str | None = None,
-    asr_backend: str | None = None,
     judge: JudgeConfig | RecordedVerdicts | None = None,
     progress: bool = True,
     on_record: Callable[[dict], None] | None = None,
@@ -279,7 +261,7 @@ def score_batch(
     output whose Qid is not among ``docs`` (problem "unknown Qid"), docs first, in order. ``judge=None``
     leaves keyword misses "unresolved" and open-ended scores None. ``on_record`` is called with each
     record as soon as it is final (used by the CLI to append it to the records file). ``asr``: which ASR
-    transcribes the speech (``asr_model`` / ``asr_backend`` fill in its fields when given). ``audio_root``:
+    transcribes the speech, whole (default `asr.AsrConfig()`). ``audio_root``:
     the outputs folder, that records name audio files relative to. A scored run is replayed (``cs3-bench
     score --from-results``) with ``asr`` a `RecordedTranscripts` and ``judge`` a `RecordedVerdicts`: the one
     pipeline, its ASR and judge answered from the records.
@@ -330,7 +312,7 @@ def score_batch(
             records,
             pairs,
             language=ASR_LANGUAGE_HINT[set_name],
-            asr=asr_config(asr, asr_model, asr_backend),
+            asr=asr,
             progress=progress,
         )
         for record, (doc, _) in zip(records, pairs):
