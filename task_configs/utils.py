@@ -15,13 +15,11 @@ Flow of one task (e.g. ``cs3_knowledge``):
    ``cs3_tasks.scoring.summary.summarize`` over the task's records, so lm-eval reports exactly the numbers of
    ``cs3-bench score``. A channel that does not apply (no speech from a text-only model) gives NaN.
 
-Run settings (``--metadata`` keys, all optional): ``protocol`` ("reference", the default: the authors'
-scoring; "cs3": our audit protocol), ``reference_scripts`` (the authors' VocalBench-zh checkout for the
-reference judge prompts; default $CS3_REFERENCE_SCRIPTS, else the pinned download), ``dataset``,
-``asr_model``, ``asr_backend``, ``asr_short_clips``, ``asr_device``, ``judge`` (a preset name of
-cs3_tasks.judge, "env", or "none"), ``judge_model``, ``judge_base_url``. They are checked by the validator of
-``cs3-bench score``: without ``judge`` the default judge (over $CS3_JUDGE_*) runs, and a missing API key stops
-the run at task load with the CLI's message; ``"judge": "none"`` scores keyword-only lower bounds.
+Run settings (``--metadata`` keys, all optional): the run options of ``cs3-bench score``, declared once in
+cs3_tasks/scoring/options.py (``protocol``, ``reference_scripts``, ``dataset``, ``asr_*``, ``judge``,
+``judge_*``, ``no_judge``) and checked by the validator of ``cs3-bench score``: without ``judge`` the default
+judge (over $CS3_JUDGE_*) runs, and a missing API key stops the run at task load with the CLI's message in
+metadata words; ``"judge": "none"`` scores keyword-only lower bounds.
 The loaders hand the settings to the run (``run.RUN``, which also keeps each task's records for the
 cs-vs-en aggregations); the filters pass them on explicitly.
 """
