@@ -155,7 +155,15 @@ def test_transformers_backend_uses_the_authors_settings(tiny_whisper, monkeypatc
 
 
 def test_transformers_backend_default_model_and_load_error(monkeypatch):
+    from cs3_tasks.asr import config, convert
+
+    monkeypatch.delenv("CS3_ASR_MODEL", raising=False)
+    converted = convert.offline_transformers_whisper(convert=False)
+    monkeypatch.setattr(config, "hub_model_cached", lambda model_id: True)  # their model is on this machine
     assert asr.default_model("transformers") == "openai/whisper-large-v3"
+    monkeypatch.setattr(config, "hub_model_cached", lambda model_id: False)  # it is not: the offline one
+    expected = str(converted) if converted is not None else "openai/whisper-large-v3"
+    assert asr.default_model("transformers") == expected
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(asr.AsrModelError, match="cannot load transformers Whisper model"):
         transcribe_batch(

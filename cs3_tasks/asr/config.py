@@ -8,7 +8,9 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, replace
+from pathlib import Path
 
+from cs3_tasks.asr.convert import offline_transformers_whisper
 from cs3_tasks.asr.offline import offline_whisper_base
 from cs3_tasks.core.audio import SAMPLE_RATE
 
@@ -130,8 +132,9 @@ def default_backend() -> str:
 def default_model(backend: str | None = None) -> str:
     """$CS3_ASR_MODEL, else the offline Whisper-base (extra `offline`), else "large-v3".
 
-    The offline model is a CTranslate2 conversion, usable by faster-whisper only; for
-    ``backend="openai-whisper"`` the fallback is the paper's "large-v3".
+    The offline model is a CTranslate2 model for faster-whisper; the transformers backend takes
+    openai/whisper-large-v3 where the local Hugging Face cache has it, else the offline model converted to a
+    transformers checkpoint (`asr.convert`); openai-whisper falls back to the paper's "large-v3".
     """
     override = os.environ.get(MODEL_ENV)
     if override:
@@ -140,9 +143,22 @@ def default_model(backend: str | None = None) -> str:
         offline = offline_whisper_base(join=False)  # joined when ASR runs (transcribe_batch), not before
         if offline is not None:
             return str(offline)
-    if backend == "transformers":
-        return TRANSFORMERS_PAPER_MODEL
+    if backend == "transformers":  # their model where this machine has it, else the offline one, converted
+        if hub_model_cached(TRANSFORMERS_PAPER_MODEL):
+            return TRANSFORMERS_PAPER_MODEL
+        converted = offline_transformers_whisper(convert=False)
+        return str(converted) if converted is not None else TRANSFORMERS_PAPER_MODEL
     return PAPER_MODEL
+
+
+def hub_model_cached(model_id: str) -> bool:
+    """True when ``model_id``'s config is in the local Hugging Face cache (it loads without a download)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return False
+    found = try_to_load_from_cache(model_id, "config.json")
+    return isinstance(found, str) and Path(found).is_file()
 
 
 def check_backend(backend: str) -> None:

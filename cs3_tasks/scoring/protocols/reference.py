@@ -28,6 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cs3_tasks.asr.config import hub_model_cached
 from cs3_tasks.core.data import KNOWLEDGE_SETS
 from cs3_tasks.judge.engine import AskPolicy, Verdict, ask_batch
 from cs3_tasks.judge.parsing import UnparseableReply
@@ -103,12 +104,7 @@ def is_reference_asr(backend: str | None, model: str | None) -> bool:
 def reference_asr_available() -> bool:
     """True when openai/whisper-large-v3 is in the local Hugging Face cache (loadable without a download), so
     the reference protocol can default to it; otherwise the configured ASR is used and the summary says so."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        return False
-    found = try_to_load_from_cache(REFERENCE_ASR_MODEL, "config.json")
-    return isinstance(found, str) and Path(found).is_file()
+    return hub_model_cached(REFERENCE_ASR_MODEL)
 
 
 def protocol_settings(
