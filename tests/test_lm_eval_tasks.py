@@ -209,6 +209,16 @@ def test_no_judge_configured_stops_with_the_cli_message(utils, monkeypatch, tmp_
     assert config is not None and config.model == "local-judge"
 
 
+def test_the_cs3_block_says_an_undated_judge(utils):
+    """lm-eval's ``cs3`` block (run_note) carries the note of a judge named by an undated alias."""
+    options = {"protocol": "cs3", "asr_model": "fake-asr", "judge_base_url": "http://127.0.0.1:9/v1"}
+    note = utils.run_note(utils.scoring_settings_of({**options, "judge_model": "gpt-4o-mini"}))
+    assert any("gpt-4o-mini is an undated alias" in line for line in note["notes"])
+    assert not any(note["comparable_to_paper"].values())
+    pinned = utils.run_note(utils.scoring_settings_of({**options, "judge_model": "gpt-4o-mini-2024-07-18"}))
+    assert not any("undated alias" in line for line in pinned["notes"])
+
+
 @pytest.mark.slow
 def test_results_and_table_say_how_the_run_was_scored(utils, monkeypatch):
     """Every lm-eval result of a cs3 run carries protocol, judge and comparable_to_paper (results JSON key

@@ -17,6 +17,7 @@ from pathlib import Path
 from cs3_tasks.asr import describe_fingerprint
 from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.data import SETS
+from cs3_tasks.judge import is_dated_snapshot
 from cs3_tasks.scoring.records import CHANNELS
 from cs3_tasks.scoring.summary import compare_cs_en, incomplete_entry, read_summary
 
@@ -37,7 +38,11 @@ COLUMNS = (
     "understanding_text",
     "understanding_speech",
     "protocol",
+    "judge",
+    "judge_drift",
 )
+# the columns that hold names and words, not rates
+TEXT_COLUMNS = ("model", "protocol", "judge", "judge_drift")
 HEADERS = {
     "model": "model",
     "acc_text_cs": "acc text (cs)",
@@ -54,6 +59,8 @@ HEADERS = {
     "understanding_text": "understood text",
     "understanding_speech": "understood speech",
     "protocol": "protocol",
+    "judge": "judge",
+    "judge_drift": "judge drift",
 }
 
 
@@ -125,12 +132,36 @@ def leaderboard_rows(models: Mapping[str, Mapping[str, dict]]) -> list[dict]:
             {describe_fingerprint((s.get("settings") or {}).get("asr")) for s in summaries.values() if s}
         )
         row["asr"] = heard_by[0] if len(heard_by) == 1 else "mixed: " + " / ".join(heard_by)
+        row.update(judge_cells(summaries))
         rows.append(row)
 
     def sort_key(row: dict) -> tuple:
         return tuple(-(row[k] if row[k] is not None else -1.0) for k in ("acc_speech_cs", "acc_text_cs"))
 
     return sorted(rows, key=sort_key)
+
+
+def judge_cells(summaries: Mapping[str, Mapping]) -> dict:
+    """``judge``: the judge model asked for ("none": keyword stage only; "mixed: a / b" when the model's sets
+    differ); ``judge_drift``: why its verdicts may not hold on another day ("undated alias": a name without
+    a date, `judge.is_dated_snapshot`; "answered as X": the API answered as another model), None when none."""
+    asked = {
+        ((s.get("settings") or {}).get("judge") or {}).get("model") or "none" for s in summaries.values() if s
+    }
+    named = sorted(asked - {"none"})
+    drift = [
+        f"undated alias {m}" if len(named) > 1 else "undated alias" for m in named if not is_dated_snapshot(m)
+    ]
+    answered = sorted(
+        {m for s in summaries.values() if s for m in s.get("judge_answered_models") or {}}
+        - asked
+        - {"unknown"}
+    )
+    drift += [f"answered as {', '.join(answered)}"] if answered else []
+    return {
+        "judge": sorted(asked)[0] if len(asked) == 1 else "mixed: " + " / ".join(sorted(asked)),
+        "judge_drift": "; ".join(drift) or None,
+    }
 
 
 def incomplete_cells(ch: str, cs: Mapping | None, en: Mapping | None) -> dict:
@@ -157,10 +188,16 @@ def leaderboard_markdown(rows: Sequence[dict], notes: Sequence[str] = ()) -> str
     """The leaderboard table and its legend; ``notes``: lines added after it (e.g. models that failed)."""
     lines = [
         "| " + " | ".join(HEADERS[c] for c in COLUMNS) + " |",
-        "| " + " | ".join("---" if c in ("model", "protocol") else "---:" for c in COLUMNS) + " |",
+        "| " + " | ".join("---" if c in TEXT_COLUMNS else "---:" for c in COLUMNS) + " |",
     ]
     lines += [
-        "| " + " | ".join(row.get(f"{c}_incomplete") or _cell(row[c]) for c in COLUMNS) + " |" for row in rows
+        "| "
+        + " | ".join(
+            row.get(f"{c}_incomplete") or ("" if c in TEXT_COLUMNS and row[c] is None else _cell(row[c]))
+            for c in COLUMNS
+        )
+        + " |"
+        for row in rows
     ]
     legend = [
         "",
@@ -170,7 +207,10 @@ def leaderboard_markdown(rows: Sequence[dict], notes: Sequence[str] = ()) -> str
             "(points); preserve = acc(cs) / acc(en). PSR and LSA pool the code-switched sets (knowledge, "
             "open_ended); understood = share of open-ended items with relevance > 3. n/a = not applicable "
             "(e.g. speech of a text-only model) or set not scored. protocol: reference = the authors' "
-            "scoring (quote these next to the paper), cs3 = our stricter audit scoring."
+            "scoring (quote these next to the paper), cs3 = our stricter audit scoring. judge: the model "
+            "asked for (none = keyword stage only); judge drift: why its verdicts may not hold on another "
+            "day (an undated alias, whose provider can move it to other weights; the API answered as "
+            "another model)."
         ),
     ]
     unparsed = [

@@ -10,7 +10,7 @@ from html import escape
 
 from cs3_tasks.asr import describe_fingerprint as describe_asr
 from cs3_tasks.report.compare import SIGNIFICANCE, cs_en_drops, points
-from cs3_tasks.report.leaderboard import COLUMNS, HEADERS
+from cs3_tasks.report.leaderboard import COLUMNS, HEADERS, TEXT_COLUMNS
 from cs3_tasks.report.results import ModelResults
 from cs3_tasks.scoring.records import CHANNELS
 
@@ -54,8 +54,8 @@ def leaderboard_table(
         cells = []
         for column in COLUMNS:
             value = row.get(column)
-            if column in ("model", "protocol"):
-                cells.append(f"<td>{escape(str(value))}</td>")
+            if column in TEXT_COLUMNS:
+                cells.append(f"<td>{escape('' if value is None else str(value))}</td>")
             elif row.get(f"{column}_incomplete"):
                 cells.append(f'<td class="incomplete">{escape(row[f"{column}_incomplete"])}</td>')
             elif column in ACCURACY_COLUMNS:

@@ -18,7 +18,7 @@ from typing import Any
 from cs3_tasks.core import metrics
 from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.data import KNOWLEDGE_SETS, check_set
-from cs3_tasks.judge import redact
+from cs3_tasks.judge import is_dated_snapshot, redact, undated_judge_note
 from cs3_tasks.scoring.protocols import Protocol, protocol_for
 from cs3_tasks.scoring.records import CHANNELS, STATUSES, UNNAMED_PROTOCOL, judge_answered_models, judge_ran
 
@@ -183,8 +183,9 @@ def summarize(set_name: str, records: Sequence[dict], protocol: str | None = Non
 def add_comparability(summary: dict, settings: Mapping) -> dict:
     """Say in ``summary`` whether its numbers are comparable with the paper (reference protocol: judge
     qwen-max-2025-01-25, pinned scripts, speech transcribed by Whisper-large-v3 through transformers), from
-    the run's settings (`scoring.run_settings`); ``notes`` lists what is not, and whether the transcripts
-    depend on the machine (ASR numerics native)."""
+    the run's settings (`scoring.run_settings`); ``notes`` lists what is not: a judge that answered as
+    another model than asked, a judge named by an undated alias (`judge.is_dated_snapshot`), and transcripts
+    that depend on the machine (ASR numerics native)."""
     protocol_for(settings.get("protocol") or UNNAMED_PROTOCOL).add_comparability(summary, settings)
     judge = settings.get("judge") or {}
     answered = sorted(set(summary.get("judge_answered_models") or {}) - {judge.get("model"), "unknown"})
@@ -195,6 +196,9 @@ def add_comparability(summary: dict, settings: Mapping) -> dict:
             f"the judge answered as {', '.join(answered)}, not as the {judge.get('model')} asked for: its "
             "verdicts are that model's",
         ]
+    if judge and not is_dated_snapshot(judge.get("model")):  # an alias: its weights may change any day
+        summary["comparable_to_paper"] = {ch: False for ch in summary.get("comparable_to_paper") or CHANNELS}
+        summary["notes"] = [*(summary.get("notes") or []), undated_judge_note(str(judge.get("model")))]
     asr = settings.get("asr") or {}
     if asr.get("numerics") == "native":  # asr.numerics: the arithmetic followed this machine's CPU
         summary["notes"] = [
