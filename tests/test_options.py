@@ -32,6 +32,7 @@ SAMPLES = {
     "judge_concurrency": 3,
     "judge_timeout": 7.5,
     "judge_cache": "/tmp/j.sqlite",
+    "judge_samples": 3,
     "no_judge": True,
 }
 # score's options that are not run options: what to score, where, and how the run goes
@@ -93,7 +94,7 @@ def test_no_judge_means_no_judge_in_both():
         assert settings_from_options(options.check_metadata(metadata), reference_prompts=False).judge is None
 
 
-NUMERIC = [o for o in options.RUN_OPTIONS if o.key in ("judge_concurrency", "judge_timeout")]
+NUMERIC = [o for o in options.RUN_OPTIONS if o.key in ("judge_concurrency", "judge_timeout", "judge_samples")]
 BAD_NUMBERS = ["inf", "-inf", "nan", "0", "-1", "1e9", "many", "1.5e", ""]
 
 

@@ -24,7 +24,8 @@ def option_value(options: Mapping[str, Any], key: str) -> Any:
 def judge_config_from_options(options: Mapping[str, Any]) -> JudgeConfig | None:
     """The judge of a run: None when asked for none (``no_judge``, or ``judge`` "none"), else a validated
     JudgeConfig from the options (``judge`` a preset name or "env", ``judge_preset``, ``judge_model``,
-    ``judge_base_url``, ``judge_api_key_env``, ``judge_concurrency``, ``judge_timeout``, ``judge_cache``)
+    ``judge_base_url``, ``judge_api_key_env``, ``judge_concurrency``, ``judge_timeout``, ``judge_cache``,
+    ``judge_samples``)
     over $CS3_JUDGE_* and the defaults. JudgeConfigError (with the fix) when it cannot run (no API key)."""
     choice = str(option_value(options, "judge") or "")
     if options.get("no_judge") or choice.lower() in NO_JUDGE:
@@ -40,6 +41,7 @@ def judge_config_from_options(options: Mapping[str, Any]) -> JudgeConfig | None:
         max_concurrency=options.get("judge_concurrency"),
         timeout=options.get("judge_timeout"),
         cache_path=Path(options["judge_cache"]) if options.get("judge_cache") else None,
+        samples=options.get("judge_samples"),
     )
     config.validate()
     return config

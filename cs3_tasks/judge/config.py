@@ -74,6 +74,7 @@ class JudgeConfig:
     backoff_initial: float = 1.0  # seconds before the first retry, doubled per retry (with jitter)
     backoff_max: float = 30.0
     use_cache: bool = True
+    samples: int = 1  # open-ended scores: fresh samples asked per score, whose median is the score
 
     @classmethod
     def from_env(cls, *, preset: str | None = None, **overrides: Any) -> JudgeConfig:
@@ -152,6 +153,8 @@ class JudgeConfig:
             )
         if self.max_retries < 0:
             raise JudgeConfigError(f"judge max_retries must be >= 0, got {self.max_retries}")
+        if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 1:
+            raise JudgeConfigError(f"judge samples must be a whole number >= 1, got {self.samples!r}")
         key = self.api_key()
         if key is None and not self.is_local:
             if not self.api_key_env:

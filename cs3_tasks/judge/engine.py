@@ -16,10 +16,11 @@ fail the same way.
 
 from __future__ import annotations
 
+import statistics
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import requests
@@ -59,6 +60,7 @@ class Verdict:
     asks: int = 1  # replies asked for (the reference protocol records it)
     fallback: bool = False  # no reply parsed in the policy's asks: its fallback value was applied
     model: str | None = None  # the model id the API answered with (its reply's "model"), None if unknown
+    samples: tuple[Verdict, ...] | None = None  # the k fresh samples whose median this is (k > 1), else None
 
     @property
     def ok(self) -> bool:
@@ -156,7 +158,9 @@ def _join_notes(*notes: str | None) -> str | None:
     return "; ".join(kept) if kept else None
 
 
-def _cache_key(policy: AskPolicy, config: JudgeConfig, messages: Sequence[dict], ask: int) -> str:
+def _cache_key(
+    policy: AskPolicy, config: JudgeConfig, messages: Sequence[dict], ask: int, sample: int = 0
+) -> str:
     # base_url is part of the key: a model name means different weights on different servers.
     parts: list[Any] = [
         policy.cache_schema,
@@ -168,23 +172,61 @@ def _cache_key(policy: AskPolicy, config: JudgeConfig, messages: Sequence[dict],
     ]
     if not policy.unparsed_is_error:
         parts.append(ask)  # each ask of a re-asking policy is its own sample
+    if sample:  # each of k samples is its own reply (sample 0 is the one-sample key: k = 1 reuses it)
+        parts.append(["sample", sample])
     return stable_key(*parts)
+
+
+def median_verdict(samples: Sequence[Verdict]) -> Verdict:
+    """One verdict of k fresh samples of the same prompt: its value the median of theirs (a whole number
+    when it is one, else x.5), its reply, note and model those of the sample at the median (the lower middle
+    one for even k), its asks their sum, ``fallback`` when most samples fell back (the median is then the
+    fallback value), ``samples`` all k. A sample without a value is a missing verdict: the verdict is that
+    sample's judge_error (a median of fewer than k would not be the score asked for)."""
+    samples = tuple(samples)
+    k = len(samples)
+    failed = [i for i, v in enumerate(samples) if not v.ok or v.value is None]
+    if failed:
+        first = samples[failed[0]]
+        error = first.error or f"{JUDGE_ERROR}: no value"
+        return replace(first, error=f"{error} (sample {failed[0] + 1} of {k})", value=None, samples=samples)
+    median = statistics.median(v.value for v in samples)
+    value = int(median) if float(median).is_integer() else float(median)
+    order = sorted(range(k), key=lambda i: samples[i].value)
+    middle = next((i for i in order if samples[i].value == median), order[(k - 1) // 2])
+    return replace(
+        samples[middle],
+        value=value,
+        note=_join_notes(*dict.fromkeys(v.note for v in samples)),
+        asks=sum(v.asks for v in samples),
+        fallback=2 * sum(v.fallback for v in samples) > k,
+        samples=samples,
+    )
 
 
 class _Item:
     """One distinct prompt: asks it under the policy, reading and filling the cache ask by ask."""
 
     def __init__(
-        self, messages: list[dict], policy: AskPolicy, config: JudgeConfig, cache: SqliteCache | None
+        self,
+        messages: list[dict],
+        policy: AskPolicy,
+        config: JudgeConfig,
+        cache: SqliteCache | None,
+        sample: int = 0,
     ):
         self.messages, self.policy, self.config, self.cache = messages, policy, config, cache
+        self.sample = sample  # which of k fresh samples of the prompt this is (its own cache entries)
+
+    def _key(self, ask: int) -> str:
+        return _cache_key(self.policy, self.config, self.messages, ask, self.sample)
 
     def _cached(self, ask: int) -> tuple[str, str | None, str | None] | None:
         """(reply, note, answering model id) of a cached ask (the model id is None in entries cached before
         it was kept)."""
         if self.cache is None:
             return None
-        hit = self.cache.get(_cache_key(self.policy, self.config, self.messages, ask))
+        hit = self.cache.get(self._key(ask))
         return None if hit is None else (hit["raw"], hit.get("note"), hit.get("answered"))
 
     def _read(self, raw: str, note: str | None, answered: str | None, ask: int) -> Verdict | None:
@@ -276,7 +318,7 @@ class _Item:
                 cause = f"unexpected {type(exc).__name__}: {snippet(redact(str(exc), *secrets))}"
                 return self._error(cause, None, last[0], request_note, ask)
             if self.cache is not None:
-                key = _cache_key(policy, config, self.messages, ask)
+                key = self._key(ask)
                 self.cache.put(key, {"raw": raw, "model": config.model, "note": note, "answered": answered})
             verdict = self._read(raw, note, answered, ask)
             if verdict is not None:
@@ -292,6 +334,7 @@ def ask_batch(
     *,
     progress: bool = False,
     desc: str = "judge",
+    samples: int = 1,
 ) -> list[Verdict]:
     """Ask the model about each prompt under ``policy``; a Verdict per prompt, in order.
 
@@ -300,9 +343,12 @@ def ask_batch(
     UnparseableReply) for the strict one-ask policy. Other modules that need an LLM (the recipe's
     rewriter/checker) reuse this engine as is.
 
-    Identical prompts are asked once. Cached replies are re-parsed (a parser change never serves stale
-    values). The API key is checked before the first request and only when something is not cached (so a
-    fully cached re-run needs no key).
+    ``samples`` k > 1 (numeric values, e.g. scores): each prompt is asked k times, each ask a fresh sample
+    with its own cache entries (sample 0's are those of k = 1), and its verdict is `median_verdict` of them.
+
+    Identical prompts are asked once (k times). Cached replies are re-parsed (a parser change never serves
+    stale values). The API key is checked before the first request and only when something is not cached
+    (so a fully cached re-run needs no key).
     """
     if not isinstance(policy, AskPolicy):
         policy = strict_policy(policy)
@@ -314,8 +360,12 @@ def ask_batch(
     keys = [_cache_key(policy, config, m, 0) for m in messages_list]
     cache = SqliteCache(config.resolved_cache_path()) if config.use_cache else None
     try:
-        items = {key: _Item(m, policy, config, cache) for key, m in zip(keys, messages_list)}
-        done: dict[str, Verdict] = {}
+        items = {
+            (key, sample): _Item(m, policy, config, cache, sample)
+            for key, m in zip(keys, messages_list)
+            for sample in range(samples)
+        }
+        done: dict[tuple[str, int], Verdict] = {}
         for key, item in items.items():
             verdict = item.replay()
             if verdict is not None:
@@ -326,18 +376,20 @@ def ask_batch(
     finally:
         if cache is not None:
             cache.close()
-    return [done[k] for k in keys]
+    if samples == 1:
+        return [done[(k, 0)] for k in keys]
+    return [median_verdict([done[(k, sample)] for sample in range(samples)]) for k in keys]
 
 
 def _run_pending(
-    pending: dict[str, _Item], config: JudgeConfig, progress: bool, desc: str
-) -> dict[str, Verdict]:
+    pending: dict[tuple[str, int], _Item], config: JudgeConfig, progress: bool, desc: str
+) -> dict[tuple[str, int], Verdict]:
     api_key = config.validate()
     local = threading.local()
     sessions: list[requests.Session] = []
     sessions_lock = threading.Lock()
 
-    def work(key: str) -> Verdict:
+    def work(key: tuple[str, int]) -> Verdict:
         session = getattr(local, "session", None)
         if session is None:  # requests.Session is not guaranteed thread-safe: one per worker
             session = local.session = requests.Session()
@@ -345,7 +397,7 @@ def _run_pending(
                 sessions.append(session)
         return pending[key].ask(api_key, session)
 
-    results: dict[str, Verdict] = {}
+    results: dict[tuple[str, int], Verdict] = {}
     bar = None
     if progress:
         from tqdm.auto import tqdm

@@ -39,9 +39,17 @@ def judge_open_ended(
     language: str = "zh",
     progress: bool = False,
 ) -> list[Verdict]:
-    """1-5 score of each response: aspect "relevance" (understood the question) or "semantic"."""
+    """1-5 score of each response: aspect "relevance" (understood the question) or "semantic"; the median
+    of ``config.samples`` fresh asks when it is above 1."""
     prompts = [open_ended_prompt(item, aspect, language) for item in items]
-    return ask_batch(prompts, strict_policy(parse_score), config, progress=progress, desc=f"judge {aspect}")
+    return ask_batch(
+        prompts,
+        strict_policy(parse_score),
+        config,
+        progress=progress,
+        desc=f"judge {aspect}",
+        samples=config.samples,
+    )
 
 
 def judge_conversation(
@@ -53,10 +61,16 @@ def judge_conversation(
     progress: bool = False,
     template: str | None = None,
 ) -> list[Verdict]:
-    """1-5 helpfulness/correctness score of each response (the "GPT score" of spoken conversation).
+    """1-5 helpfulness/correctness score of each response (the "GPT score" of spoken conversation); the
+    median of ``config.samples`` fresh asks when it is above 1.
 
     ``template`` overrides the package prompt (a language pair's ``prompts.conversation``)."""
     prompts = [conversation_prompt(item, language, target_language, template) for item in items]
     return ask_batch(
-        prompts, strict_policy(parse_score), config, progress=progress, desc="judge conversation"
+        prompts,
+        strict_policy(parse_score),
+        config,
+        progress=progress,
+        desc="judge conversation",
+        samples=config.samples,
     )

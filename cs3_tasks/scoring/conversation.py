@@ -29,8 +29,8 @@ from cs3_tasks import judge as judge_module
 from cs3_tasks.core import metrics, text
 from cs3_tasks.core.languages import load_pair
 from cs3_tasks.scoring import pipeline as scoring
-from cs3_tasks.scoring.records import CHANNELS
-from cs3_tasks.scoring.summary import format_entry, item_counts
+from cs3_tasks.scoring.records import CHANNELS, sample_spread, score_value
+from cs3_tasks.scoring.summary import format_entry, item_counts, judge_sample_spread, sample_lines
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
@@ -173,10 +173,12 @@ def score_conversation(
         )
         for (i, ch), verdict in zip(chunk_jobs, verdicts):
             records[i][f"{ch}_gpt_score_raw"] = verdict.raw
+            if verdict.samples is not None:  # the median of k asks: each ask's score, and their spread
+                records[i][f"{ch}_gpt_score_samples"] = sample_spread(verdict.samples)
             if verdict.error or verdict.value is None:
                 records[i][f"{ch}_gpt_score_error"] = verdict.error or "judge_error: no score"
             else:
-                records[i][f"{ch}_gpt_score"] = int(verdict.value)
+                records[i][f"{ch}_gpt_score"] = score_value(verdict.value)
         if on_record is not None:
             for i in sorted(chunk):
                 on_record(records[i])
@@ -191,6 +193,7 @@ def _channel_summary(records: Sequence[dict], ch: str) -> dict | None:
     scores = [r[f"{ch}_gpt_score"] for r in applicable]
     return {
         "gpt_score": metrics.mean_score(scores),
+        **judge_sample_spread(applicable, {"gpt_score": f"{ch}_gpt_score"}),
         "off_target": metrics.rate([r[f"{ch}_off_target"] for r in applicable]),
         "n_judge_error": sum(1 for r in applicable if r[f"{ch}_gpt_score_error"]),
         "n_unjudged": sum(
@@ -267,6 +270,7 @@ def summary_markdown(summary: Mapping, model: str = "model") -> str:
             f"| {label} | {_fmt(s['gpt_score'])} | {s['gpt_score']['n']} | {s['n_judge_error']} | "
             f"{s['n_unjudged']} | {_fmt(s['off_target'], percent=True)} |"
         )
+    lines += sample_lines(summary)
     corpus = summary.get("asr_error_rate_corpus")
     lines += [
         "",

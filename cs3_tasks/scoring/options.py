@@ -42,6 +42,7 @@ SCORE, CONVERSATION, BUILD, BUILD_DATA, DEMO = (
 TRANSCRIBING = (SCORE, CONVERSATION, BUILD, BUILD_DATA, DEMO)
 JUDGING = (SCORE, CONVERSATION, DEMO)
 GROUPS = ("scoring", "ASR", "LLM judge")
+MAX_JUDGE_SAMPLES = 25  # asks per open-ended score: more is cost, not information
 
 
 class OptionError(ValueError):
@@ -233,6 +234,15 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
         parse=_number(float, 0.001, 3600, "a finite number of seconds, above 0 and at most 3600"),
         commands=JUDGING,
         metavar="SECONDS",
+    ),
+    RunOption(
+        "judge_samples",
+        "LLM judge",
+        "ask the judge for each open-ended score this many times, each a fresh sample, and score the median "
+        "(the spread is recorded per item; default 1: one ask)",
+        parse=_number(int, 1, MAX_JUDGE_SAMPLES, f"a whole number from 1 to {MAX_JUDGE_SAMPLES}"),
+        commands=JUDGING,
+        metavar="K",
     ),
     RunOption(
         "judge_cache",

@@ -169,16 +169,54 @@ def judge_unparsed(records: Iterable[Mapping]) -> tuple[int, int]:
 
 def judge_answered_models(records: Iterable[Mapping]) -> dict[str, int]:
     """How many verdicts each model id the judge API answered with gave ("unknown": a reply that named none,
-    or one cached before the id was kept); failed requests had no reply and are not counted."""
+    or one cached before the id was kept); failed requests had no reply and are not counted. A score asked k
+    times (`sample_spread`) counts each sample that has a value."""
     counts: dict[str, int] = {}
     for record in records:
         for ch in CHANNELS:
             for kind in ("judge", *ASPECTS):
                 key = f"{ch}_{kind}_model"
-                if key in record and not record.get(f"{ch}_{kind}_error"):  # an error had no reply
-                    model = str(record[key] or "unknown")
-                    counts[model] = counts.get(model, 0) + 1
+                samples = record.get(f"{ch}_{kind}_samples")
+                if isinstance(samples, Mapping):
+                    answered = [m for m, v in zip(samples["models"], samples["values"]) if v is not None]
+                elif key in record and not record.get(f"{ch}_{kind}_error"):  # an error had no reply
+                    answered = [record[key]]
+                else:
+                    continue
+                for model in answered:
+                    counts[str(model or "unknown")] = counts.get(str(model or "unknown"), 0) + 1
     return dict(sorted(counts.items()))
+
+
+def score_value(value: Any) -> int | float:
+    """A judge score as records keep it: a whole number, or the x.5 median of an even number of samples."""
+    number = float(value)
+    return int(number) if number.is_integer() else number
+
+
+def sample_spread(samples: Sequence[Any]) -> dict:
+    """What a record keeps (``<ch>_<aspect>_samples``) of the k samples (`judge.Verdict`) of a score asked k
+    times: each sample's value (None: it has none) and the model id it answered as, and the spread of the
+    values, min and max (None when no sample has a value)."""
+    values = [None if v.error or v.value is None else score_value(v.value) for v in samples]
+    known = [v for v in values if v is not None]
+    return {
+        "values": values,
+        "min": min(known) if known else None,
+        "max": max(known) if known else None,
+        "models": [v.model for v in samples],
+    }
+
+
+def sample_spreads(records: Iterable[Mapping], prefix: str) -> list[float]:
+    """max - min of the samples of each record's ``<prefix>`` score asked k times (``prefix``
+    "speech_relevance", ...), over the records whose every sample has a value."""
+    spreads = []
+    for record in records:
+        kept = record.get(f"{prefix}_samples")
+        if isinstance(kept, Mapping) and kept.get("values") and None not in kept["values"]:
+            spreads.append(float(kept["max"] - kept["min"]))
+    return spreads
 
 
 def judge_ran(records: Sequence[Mapping], ch: str) -> bool:

@@ -63,15 +63,19 @@ def run_settings(
 
 def judge_identity(config: JudgeConfig) -> dict:
     """The judge of a run as results record it: the model asked for, the endpoint (credentials redacted) and
-    its host, the sampling temperature. The model that answered is recorded per verdict (records)."""
+    its host, the sampling temperature, and ``samples`` when each open-ended score is the median of k > 1
+    asks. The model that answered is recorded per verdict (records)."""
     from urllib.parse import urlparse
 
-    return {
+    identity = {
         "base_url": config.public_base_url,
         "host": urlparse(config.base_url).hostname,
         "model": config.model,
         "temperature": config.temperature,
     }
+    if config.samples > 1:  # open-ended scores are medians of k samples (1: absent, as before it existed)
+        identity["samples"] = config.samples
+    return identity
 
 
 def protocol_asr(asr: AsrConfig, protocol: Protocol, chosen: bool = False) -> AsrConfig:

@@ -20,7 +20,15 @@ from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.data import KNOWLEDGE_SETS, check_set
 from cs3_tasks.judge import is_dated_snapshot, redact, undated_judge_note
 from cs3_tasks.scoring.protocols import Protocol, protocol_for
-from cs3_tasks.scoring.records import CHANNELS, STATUSES, UNNAMED_PROTOCOL, judge_answered_models, judge_ran
+from cs3_tasks.scoring.records import (
+    ASPECTS,
+    CHANNELS,
+    STATUSES,
+    UNNAMED_PROTOCOL,
+    judge_answered_models,
+    judge_ran,
+    sample_spreads,
+)
 
 # the two sets compared by `compare_cs_en`: (code-switched, English twin)
 CS_EN_PAIR = ("knowledge", "knowledge_en")
@@ -90,11 +98,28 @@ def _channel_summary(set_name: str, records: Sequence[dict], ch: str, protocol: 
         with_bounds(summary["understanding_rate"], summary["n_relevance_error"] + n_unjudged)
         with_bounds(summary["mean_relevance"], summary["n_relevance_error"] + n_unjudged, worst=1.0, best=5.0)
         with_bounds(summary["mean_semantic"], summary["n_semantic_error"] + n_unjudged, worst=1.0, best=5.0)
+        summary.update(judge_sample_spread(applicable, {a: f"{ch}_{a}" for a in ASPECTS}))
     summary["lsa"] = with_bounds(metrics.rate([r[f"{ch}_lsa"] for r in applicable]), n_missing)
     summary["language_counts"] = dict(
         Counter(r[f"{ch}_language"] for r in records if r[f"{ch}_language"] is not None)
     )
     return summary
+
+
+def judge_sample_spread(records: Sequence[Mapping], scores: Mapping[str, str]) -> dict:
+    """``{"judge_samples": {"k", "mean_spread": {name: mean max - min with its CI}}}`` when the scores (name
+    -> record prefix, e.g. "relevance" -> "speech_relevance") were asked k > 1 times (`--judge-samples`);
+    ``{}`` otherwise, so a one-ask summary is what it always was."""
+    ks = {
+        len(r[f"{prefix}_samples"]["values"])
+        for r in records
+        for prefix in scores.values()
+        if isinstance(r.get(f"{prefix}_samples"), Mapping)
+    }
+    if not ks:
+        return {}
+    spreads = {name: metrics.mean_score(sample_spreads(records, prefix)) for name, prefix in scores.items()}
+    return {"judge_samples": {"k": max(ks), "mean_spread": spreads}}
 
 
 def channel_response(record: Mapping, ch: str) -> str | None:
@@ -350,6 +375,7 @@ def summary_markdown(summary: Mapping) -> str:
                 f"| {format_entry(s['mean_relevance'], False)} | {format_entry(s['mean_semantic'], False)} "
                 f"| {errors} | {format_entry(s['lsa'])} |"
             )
+    lines += sample_lines(summary)
     psr = summary["psr"]
     lines += [
         "",
@@ -378,6 +404,21 @@ def summary_markdown(summary: Mapping) -> str:
             lines.append(f"| {ch} | " + " | ".join(cells) + " |")
     lines += settings_lines(summary)
     return "\n".join(lines) + "\n"
+
+
+def sample_lines(summary: Mapping) -> list[str]:
+    """The spread of scores asked k times (``judge_samples``), per channel, for the markdown."""
+    lines = []
+    for ch in CHANNELS:
+        sampled = (summary.get(ch) or {}).get("judge_samples")
+        if sampled:
+            spreads = ", ".join(
+                f"{name} {format_entry(entry, False)}" for name, entry in sampled["mean_spread"].items()
+            )
+            lines.append(
+                f"- {ch}: each score is the median of {sampled['k']} asks; mean spread (max - min): {spreads}"
+            )
+    return ["", *lines] if lines else []
 
 
 def settings_lines(summary: Mapping) -> list[str]:

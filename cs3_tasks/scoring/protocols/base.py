@@ -14,10 +14,23 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from cs3_tasks.core import metrics
 from cs3_tasks.judge.engine import JUDGE_ERROR, Verdict
-from cs3_tasks.scoring.records import SCORE_RANGE, UNDERSTOOD
+from cs3_tasks.scoring.records import SCORE_RANGE, UNDERSTOOD, sample_spread, score_value
 
 if TYPE_CHECKING:  # pragma: no cover
     from cs3_tasks.judge import JudgeConfig, Verdict
+
+
+def recorded_samples(kept: Mapping | None) -> tuple[Verdict, ...] | None:
+    """The samples `sample_spread` kept, as verdicts again (to replay a scored run)."""
+    if not isinstance(kept, Mapping):
+        return None
+    models = list(kept.get("models") or [])
+    values = list(kept.get("values") or [])
+    models += [None] * (len(values) - len(models))
+    return tuple(
+        Verdict(value=value, raw=None, error=None if value is not None else JUDGE_ERROR, model=model)
+        for value, model in zip(values, models)
+    )
 
 
 class Protocol(ABC):
@@ -82,10 +95,12 @@ class Protocol(ABC):
             return
         record[f"{ch}_{aspect}_raw"] = verdict.raw
         self.record_asks(record, f"{ch}_{aspect}", verdict, with_fallback=True)
+        if verdict.samples is not None:  # the median of k asks: each ask's score, and their spread
+            record[f"{ch}_{aspect}_samples"] = sample_spread(verdict.samples)
         if verdict.error or verdict.value is None:
             record[f"{ch}_{aspect}_error"] = verdict.error or "judge_error: no score"
         else:
-            record[f"{ch}_{aspect}"] = int(verdict.value)
+            record[f"{ch}_{aspect}"] = score_value(verdict.value)
         if aspect == "relevance":
             record[f"{ch}_understood"] = self.understood(record[f"{ch}_relevance"])
 
@@ -111,6 +126,7 @@ class Protocol(ABC):
             asks=record.get(f"{prefix}_asks", 1),
             fallback=fallback,
             model=record.get(f"{prefix}_model"),
+            samples=recorded_samples(record.get(f"{prefix}_samples")),
         )
 
     def record_asks(self, record: dict, prefix: str, verdict: Verdict, *, with_fallback: bool) -> None:

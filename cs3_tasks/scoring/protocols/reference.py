@@ -252,6 +252,7 @@ class ReferenceProtocol(Protocol):
             reference_judge_config(config),
             progress=progress,
             desc=f"reference judge {aspect or set_name}",
+            samples=1 if aspect is None else config.samples,  # open-ended scores: the median of k
         )
 
     def record_asks(self, record: dict, prefix: str, verdict: Verdict, *, with_fallback: bool) -> None:
