@@ -1,5 +1,7 @@
-"""``cs3-bench compare A B``: two systems' result dirs, the accuracy difference with its paired 95% CI and the
-exact McNemar p per set and channel (`cs3_tasks.report.compare`)."""
+"""``cs3-bench compare A B``: two result dirs. Two systems scored alike: the accuracy difference with its
+paired 95% CI and the exact McNemar p per set and channel (`cs3_tasks.report.compare`). One system's outputs
+scored twice with other ASR or judge settings: the sensitivity view (`cs3_tasks.report.sensitivity`).
+Anything else is refused, naming what differs."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pathlib import Path
 
 from cs3_tasks.report.compare import compare_systems, comparison_markdown
 from cs3_tasks.report.results import load_results
+from cs3_tasks.report.sensitivity import sensitivity_markdown, sensitivity_or_refusal
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,6 +29,12 @@ def run(args: argparse.Namespace) -> int:
         print("error: each result dir must hold one system", file=sys.stderr)
         return 2
     (name_a, results_a), (name_b, results_b) = next(iter(a.items())), next(iter(b.items()))
+    # the same outputs under other ASR or judge settings: the sensitivity view; a refusal (Refusal: one line,
+    # exit 2) for what is neither that nor two systems scored alike
+    view = sensitivity_or_refusal(results_a, results_b)
+    if view is not None:
+        print(sensitivity_markdown(view, str(args.system_a), str(args.system_b)), end="")
+        return 0
     rows = compare_systems(results_a, results_b)
     if not rows:
         print(f"error: {args.system_a} and {args.system_b} share no scored knowledge set", file=sys.stderr)

@@ -1,5 +1,6 @@
 """``cs3-bench report``: the leaderboard (``--out``: markdown, CSV, figure) and/or the HTML report
-(``--html``) across scored result dirs; ``--baseline MODEL`` marks every other model's differences to it."""
+(``--html``) across scored result dirs; ``--baseline MODEL`` marks every other model's differences to it;
+``--sensitivity``: two runs of one system's outputs scored with other ASR or judge settings, item by item."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from cs3_tasks.report import html
 from cs3_tasks.report.compare import baseline_notes
 from cs3_tasks.report.leaderboard import write_leaderboard
 from cs3_tasks.report.results import load_results, result_dirs_in, summaries_of
+from cs3_tasks.report.sensitivity_html import write_sensitivity_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.sensitivity:
+        return run_sensitivity(args)
     if args.out is None and args.html is None:
         print(
             "error: say where to write: --out DIR (leaderboard) and/or --html DIR (report)", file=sys.stderr
@@ -47,6 +51,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_sensitivity(args: argparse.Namespace) -> int:
+    """The sensitivity page of two runs (a refusal, `SensitivityRefusal`, reaches the command's one line)."""
+    if len(args.result_dirs) != 2 or args.html is None or args.out is not None or args.baseline:
+        print("error: --sensitivity takes two result dirs and --html DIR (nothing else)", file=sys.stderr)
+        return 2
+    try:
+        index = write_sensitivity_report(args.html, *args.result_dirs)
+    except (FileNotFoundError, ValueError) as exc:  # a Refusal is a ValueError too: one line, exit 2
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote the sensitivity report {index} (open it in a browser; no server needed)", file=sys.stderr)
+    return 0
+
+
 def add_html_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--html", type=Path, default=None, help="write the HTML report folder here (open its index.html)"
@@ -58,6 +76,12 @@ def add_html_arguments(parser: argparse.ArgumentParser) -> None:
         "'demo' or a Hub id (default $CS3_BENCH_DATASET; none: the report shows Qids only)",
     )
     parser.add_argument("--baseline", default=None, help="model to mark the others' differences against")
+    parser.add_argument(
+        "--sensitivity",
+        action="store_true",
+        help="two result dirs of the same outputs scored with other ASR or judge settings: write (--html) "
+        "the items whose transcript or verdict changed, the flips, kappa and the paired difference",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> html.ReportSettings:

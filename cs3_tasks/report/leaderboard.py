@@ -64,6 +64,14 @@ HEADERS = {
 }
 
 
+def duplicate_system(set_name: str, model: str, result_dir: Path) -> ValueError:
+    """The error of a set given twice for one model, with what to do for two runs of one system."""
+    return ValueError(
+        f"two {set_name} summaries for model {model!r} (second one in {result_dir}); two runs of one "
+        "system's outputs: `cs3-bench compare A B` or `cs3-bench report A B --sensitivity --html DIR`"
+    )
+
+
 def load_summaries(result_dirs: Sequence[Path]) -> dict[str, dict[str, dict]]:
     """model -> set -> summary, from every ``<set>.summary.json`` in the dirs (model name: summary or dir)."""
     models: dict[str, dict[str, dict]] = {}
@@ -79,7 +87,7 @@ def load_summaries(result_dirs: Sequence[Path]) -> dict[str, dict[str, dict]]:
             found = True
             model = summary.get("model") or result_dir.resolve().name
             if set_name in models.get(model, {}):
-                raise ValueError(f"two {set_name} summaries for model {model!r} (second one in {result_dir})")
+                raise duplicate_system(set_name, model, result_dir)
             models.setdefault(model, {})[set_name] = summary
         if not found:
             raise FileNotFoundError(f"{result_dir} holds no <set>.summary.json: run `cs3-bench score` first")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cs3_tasks.core.data import KNOWLEDGE_SETS
-from cs3_tasks.report.leaderboard import load_summaries
+from cs3_tasks.report.leaderboard import duplicate_system, load_summaries
 
 
 @dataclass
@@ -75,7 +75,7 @@ def load_results(result_dirs: Sequence[Path]) -> dict[str, ModelResults]:
             entry = results.setdefault(model, ModelResults(model))
             for set_name, summary in summaries.items():
                 if set_name in entry.summaries:
-                    raise ValueError(f"two {set_name} summaries for model {model!r} (second in {result_dir})")
+                    raise duplicate_system(set_name, model, Path(result_dir))
                 entry.summaries[set_name] = summary
                 entry.records[set_name] = read_records(Path(result_dir), set_name) or []
                 entry.result_dirs[set_name] = Path(result_dir)
