@@ -219,3 +219,18 @@ def test_report_sensitivity_lists_the_items_with_audio(asr_runs, tmp_path, capsy
     assert "two systems, not one system scored twice" in capsys.readouterr().err
     assert cli.main(["report", str(a), str(b), "--html", str(tmp_path / "y")]) == 2
     assert "--sensitivity" in capsys.readouterr().err
+
+
+def test_the_judges_prompts_follow_the_judge():
+    """The reference protocol reads its judge prompts only for a judge: no judge vs a judge differs in the
+    judge, not in the protocol; two judges with other scripts do differ in the protocol's scripts."""
+    from cs3_tasks.report.sensitivity import differing_fields
+
+    scripts = {"pinned": True, "sha256": {"cs_knowledge.py": "a"}}
+    none = {"protocol": "reference", "judge": None, "reference_scripts": None, "dataset_sha256": "d"}
+    judged = {**none, "judge": {"model": "qwen-max-2025-01-25"}, "reference_scripts": scripts}
+    assert differing_fields(none, judged) == ["judge"]
+    other = {**judged, "reference_scripts": {**scripts, "pinned": False}}
+    assert differing_fields(judged, other) == ["reference_scripts"]
+    older = {k: v for k, v in judged.items() if k != "dataset_sha256"}  # a run from before the field
+    assert differing_fields(older, judged) == []

@@ -48,6 +48,7 @@ SENSITIVITY_FIELDS = (
     "comparable_to_paper",
 )
 SHOWN_QIDS = 5  # Qids named in a refusal
+JUDGE_PROMPTS = "reference_scripts"  # the authors' scripts the reference judge's prompts are read from
 
 
 class SensitivityRefusal(Refusal):
@@ -81,11 +82,15 @@ def run_settings_of(results: ModelResults, set_name: str) -> dict:
 
 
 def differing_fields(a: Mapping, b: Mapping) -> list[str]:
-    """Top-level settings whose values differ (a field added since older runs: only when both have it)."""
+    """Top-level settings whose values differ (a field added since older runs: only when both have it). The
+    reference protocol's scripts (its judge prompts) are read only for a judge: a run without a judge names
+    none, which is the judge's difference (``judge``), not another protocol."""
     keys = dict.fromkeys([*a, *b])
-    return [
+    found = [
         k for k in keys if a.get(k) != b.get(k) and not (k in ADDED_SETTINGS and (k not in a or k not in b))
     ]
+    unjudged = any(run.get("judge") is None and run.get(JUDGE_PROMPTS) is None for run in (a, b))
+    return [k for k in found if not (k == JUDGE_PROMPTS and unjudged)]
 
 
 def _by_qid(records: Sequence[Mapping]) -> dict[str, Mapping]:
