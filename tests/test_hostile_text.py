@@ -89,6 +89,7 @@ TEXT_CHECKS = {  # name -> check of the output for one text (and a pair where th
     "to_simplified": _is_encodable,
     "valid_unicode": _is_encodable,
     "lone_surrogates": lambda out: isinstance(out, int) and out >= 0,
+    "valid_text": lambda out: _is_encodable(out[0]) and (out[1] is None or "lone surrogates" in out[1]),
     "normalize_zh": _is_encodable,
     "normalize_matrix": _is_encodable,
     "normalize_en": _is_encodable,

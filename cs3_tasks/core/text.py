@@ -163,6 +163,17 @@ def valid_unicode(text: str) -> str:
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
+def valid_text(text: str, what: str = "text") -> tuple[str, str | None]:
+    """How text that Python can hold but UTF-8 cannot is stored, everywhere (records, caches, summaries,
+    models.json, file names it names): ``text`` with each lone surrogate replaced by U+FFFD
+    (`valid_unicode`), and the note to record with it, "<what> has N lone surrogates, replaced by U+FFFD"
+    (None when ``text`` was valid). Readers of outside text (outputs rows, judge replies, dataset items,
+    folder names) call it where the text comes in, so that what is scored, cached and written is the same
+    text and the record says what was replaced."""
+    bad = lone_surrogates(text)
+    return valid_unicode(text), (f"{what} has {bad} lone surrogates, replaced by U+FFFD" if bad else None)
+
+
 def is_cjk(char: str) -> bool:
     """True for a single Han ideograph (see CJK_CLASS)."""
     return bool(_CJK_CHAR.fullmatch(char))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 from cs3_tasks import judge
 from cs3_tasks.core import data
 from cs3_tasks.core.data import SETS
+from cs3_tasks.core.text import valid_text
 from cs3_tasks.scoring import summary
 from cs3_tasks.scoring.outputs import (
     ModelOutput,
@@ -69,7 +71,18 @@ class ScoreJob:
 
     @property
     def model(self) -> str:
+        """The model's name as results write it: a name that is not valid Unicode (a folder name that is not
+        UTF-8) has U+FFFD for each undecodable byte (`text.valid_text`; `model_note` says so)."""
+        return valid_text(self.given_model)[0]
+
+    @property
+    def given_model(self) -> str:
         return self.model_name or Path(self.outputs).resolve().name
+
+    @property
+    def model_note(self) -> str | None:
+        """What was replaced in the model's name (None: nothing)."""
+        return valid_text(self.given_model, "the model name (its outputs folder's name)")[1]
 
     def identity(self) -> dict:
         """The scored system as <set>.settings.json records it (`store.IDENTITY_KEYS`): its name, never a
@@ -100,6 +113,8 @@ def score_outputs(job: ScoreJob, settings: ScoringSettings, held, *, echo: bool 
             )
     else:
         set_names = [job.set_name]
+    if echo and job.model_note:
+        print(f"note: {job.model_note}: {job.model}", file=sys.stderr)
     out = Path(job.out)
     locked: list[bool] = []
 

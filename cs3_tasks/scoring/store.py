@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from cs3_tasks.core.audio import AudioError, content_hash
-from cs3_tasks.core.cache import atomic_write, stable_key
+from cs3_tasks.core.cache import atomic_write, json_text, stable_key
 from cs3_tasks.scoring.outputs import (
     ModelOutput,
     audio_label,
@@ -221,7 +221,7 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 def _write_records(path: Path, records: Iterable[dict]) -> None:
 
-    atomic_write(path, "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records))
+    atomic_write(path, "".join(json_text(record) + "\n" for record in records))
 
 
 class RecordsFile:
@@ -245,6 +245,7 @@ class RecordsFile:
         """The finished records (none with ``restart``); SettingsMismatchError if made otherwise (other
         settings, another system, another ``outputs`` folder on this machine)."""
 
+        settings = json.loads(json_text(settings))  # compared as written (text made valid, `json_text`)
         self.out.mkdir(parents=True, exist_ok=True)
         if not restart and any(k in settings for k in IDENTITY_KEYS):
             check_same_system(self.out, settings, outputs)
@@ -262,7 +263,7 @@ class RecordsFile:
                     f"{self.path} was made with other settings ({settings_difference(previous, settings)}). "
                     "Use --restart (ASR and judge caches keep it cheap) or another --out."
                 )
-        atomic_write(self.settings_path, json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
+        atomic_write(self.settings_path, json_text(settings, indent=2) + "\n")
         if outputs is not None:
             write_local_outputs(self.out, outputs)
         self.done = read_records(self.path)
@@ -291,7 +292,7 @@ class RecordsFile:
         with open(self.path, "a", encoding="utf-8") as handle:
 
             def append(record: dict) -> None:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+                handle.write(json_text(record) + "\n")
                 handle.flush()
                 self.done[record["qid"]] = record
 
