@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from cs3_tasks.report.comparable import NotComparable, check_comparable
 from cs3_tasks.report.compare import compare_systems, comparison_markdown
 from cs3_tasks.report.results import load_results
 
@@ -26,6 +27,11 @@ def run(args: argparse.Namespace) -> int:
         print("error: each result dir must hold one system", file=sys.stderr)
         return 2
     (name_a, results_a), (name_b, results_b) = next(iter(a.items())), next(iter(b.items()))
+    try:  # runs scored otherwise (dataset, protocol, ASR, judge...): one line naming each field
+        check_comparable(results_a, results_b)
+    except NotComparable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     rows = compare_systems(results_a, results_b)
     if not rows:
         print(f"error: {args.system_a} and {args.system_b} share no scored knowledge set", file=sys.stderr)

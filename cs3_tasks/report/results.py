@@ -24,6 +24,7 @@ class ModelResults:
     summaries: dict[str, dict] = field(default_factory=dict)  # set -> summary
     records: dict[str, list[dict]] = field(default_factory=dict)  # set -> records, in file order
     result_dirs: dict[str, Path] = field(default_factory=dict)  # set -> the dir it came from
+    settings: dict[str, dict | None] = field(default_factory=dict)  # set -> its settings.json (None: none)
 
 
 class RecordsError(ValueError):
@@ -79,7 +80,24 @@ def load_results(result_dirs: Sequence[Path]) -> dict[str, ModelResults]:
                 entry.summaries[set_name] = summary
                 entry.records[set_name] = read_records(Path(result_dir), set_name) or []
                 entry.result_dirs[set_name] = Path(result_dir)
+                entry.settings[set_name] = read_settings(Path(result_dir), set_name, summary)
     return results
+
+
+def read_settings(result_dir: Path, set_name: str, summary: dict | None = None) -> dict | None:
+    """``<set>.settings.json`` of a result dir (what its records depend on), else the copy in its summary;
+    None when neither is there. RecordsError when the file is not a JSON object."""
+    path = Path(result_dir) / f"{set_name}.settings.json"
+    if not path.is_file():
+        found = (summary or {}).get("settings")
+        return found if isinstance(found, dict) else None
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RecordsError(f"{path}: not a JSON object ({exc})") from None
+    if not isinstance(settings, dict):
+        raise RecordsError(f"{path}: not a JSON object")
+    return settings
 
 
 def summaries_of(results: dict[str, ModelResults]) -> dict[str, dict[str, dict]]:

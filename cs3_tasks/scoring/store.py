@@ -205,16 +205,17 @@ def settings_difference(previous: Mapping, current: Mapping) -> str:
     """The fields whose values differ, each as ``field: old -> new``; a nested field is named by its path
     (``asr.engine.ctranslate2: '4.6.0' -> '4.8.5'``). Informational keys are left out; settings hold no
     secret."""
-    old, new = _flatten(comparable_settings(previous)), _flatten(comparable_settings(current))
+    old, new = flat_settings(comparable_settings(previous)), flat_settings(comparable_settings(current))
     keys = [k for k in dict.fromkeys([*old, *new]) if old.get(k) != new.get(k)]
     return "; ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys)
 
 
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+def flat_settings(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Settings as one level: a nested field under its dotted path (``asr.engine.ctranslate2``)."""
     if isinstance(value, Mapping) and value:
         flat: dict[str, Any] = {}
         for key, item in value.items():
-            flat.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+            flat.update(flat_settings(item, f"{prefix}.{key}" if prefix else str(key)))
         return flat
     return {prefix: value}
 
