@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -56,6 +57,38 @@ def test_report_command_baseline_marks_and_errors(results, tmp_path, capsys):
     assert cli.main([*argv[:-1], "nobody"]) == 2
     assert "'nobody' is not among the models" in capsys.readouterr().err
     assert cli.main(["report", str(tmp_path / "missing"), "--html", str(out)]) == 2
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("target", ["--out", "--html"])
+def test_report_onto_a_file_or_a_read_only_folder_is_one_line(results, tmp_path, capsys, monkeypatch, target):
+    """Issue 31, item 8: a traceback and exit 1 before; one line naming the path, exit 2, as score --out."""
+    import errno
+    import tempfile
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("mine", encoding="utf-8")
+    dirs = [str(results / "demo-strong"), str(results / "demo-weak")]
+    for where, cause in [(a_file, "a file is there"), (a_file / "below", "Not a directory")]:
+        assert cli.main(["report", *dirs, target, str(where)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"error: {a_file}") and cause in err, err
+    assert a_file.read_text(encoding="utf-8") == "mine"
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    real = tempfile.mkstemp
+    for code in (errno.EACCES, errno.EROFS):  # root ignores permissions: the write fails as it would
+
+        def refuse(*args, dir=None, code=code, **kwargs):
+            if dir is not None and str(dir).startswith(str(read_only)):
+                raise OSError(code, os.strerror(code), str(dir))
+            return real(*args, dir=dir, **kwargs)
+
+        monkeypatch.setattr(tempfile, "mkstemp", refuse)
+        assert cli.main(["report", *dirs, target, str(read_only)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"error: {read_only}" in err and os.strerror(code) in err, err
+        monkeypatch.setattr(tempfile, "mkstemp", real)
 
 
 def test_compare_prints_difference_ci_mcnemar(results, capsys):

@@ -13,6 +13,7 @@ from cs3_tasks.report import html
 from cs3_tasks.report.compare import baseline_notes
 from cs3_tasks.report.leaderboard import write_leaderboard
 from cs3_tasks.report.results import load_results, result_dirs_in, summaries_of
+from cs3_tasks.scoring.run import file_system_error
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,6 +44,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"wrote the HTML report {index} (open it in a browser; no server needed)", file=sys.stderr)
     except (FileNotFoundError, ValueError) as exc:  # RecordsError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # --out / --html a file, read-only or full: one line naming the path
+        print(f"error: {file_system_error(exc)}", file=sys.stderr)
         return 2
     return 0
 

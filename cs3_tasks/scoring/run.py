@@ -49,6 +49,8 @@ def file_system_error(exc: OSError) -> FileSystemError:
     as one line naming the path and the cause; what was written before it is kept."""
     path = exc.filename if exc.filename is not None else "a file"
     cause = exc.strerror or str(exc)
+    if exc.errno == errno.EEXIST and exc.filename is not None and Path(exc.filename).is_file():
+        cause = "a file is there, where a folder is needed"  # mkdir's bare "File exists"
     hint = ""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
         hint = " (what was scored before is kept: fix it and re-run to resume)"
