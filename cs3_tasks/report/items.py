@@ -22,6 +22,8 @@ from cs3_tasks.core.text import english_words
 
 # record keys the report does not show per item (identity shown elsewhere, or replaced by a url)
 NOT_SHOWN = frozenset({"set", "protocol", "audio"})
+# marked English words kept per item (the page shows 200): a 10 MB response has millions
+PSR_WORDS_KEPT = 1000
 AUDIO_SUFFIXES = {b"fLaC": ".flac", b"RIFF": ".wav", b"OggS": ".ogg", b"ID3": ".mp3"}
 
 
@@ -48,7 +50,10 @@ def item_row(record: Mapping, audio_url: str | None = None) -> dict:
     elif record.get("audio"):  # not on this machine (moved, shared results, in-memory audio): say so
         row["audio_label"] = str(record["audio"])
     if record.get("psr_total"):
-        row["psr_words"] = psr_words(record.get("text"), record.get("transcript"))
+        words = psr_words(record.get("text"), record.get("transcript"))
+        row["psr_words"] = words[:PSR_WORDS_KEPT]
+        if len(words) > PSR_WORDS_KEPT:
+            row["psr_words_total"] = len(words)
     return row
 
 

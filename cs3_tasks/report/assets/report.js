@@ -88,8 +88,9 @@
       td.appendChild(el("span", { class: w[1] ? "w-heard" : "w-missed", title: w[1] ? "heard" : "missed" }, w[0]));
     });
     if (words.length > WORDS) {
-      var list = words.map(function (w) { return w[0] + (w[1] ? "  heard" : "  missed"); }).join("\n");
-      td.appendChild(el("div", {}, fullText(list, "all " + words.length + " words")));
+      var total = it.psr_words_total || words.length, list = words.map(function (w) { return w[0] + (w[1] ? "  heard" : "  missed"); });
+      if (total > words.length) list.push("… and " + (total - words.length) + " more words, not kept in the report");
+      td.appendChild(el("div", {}, fullText(list.join("\n"), "the first " + words.length + " of " + total + " words")));
     }
     if (it.psr_total) td.appendChild(el("div", { class: "small" }, it.psr_recognised + "/" + it.psr_total + " heard"));
     return td;
