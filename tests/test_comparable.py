@@ -122,3 +122,39 @@ def test_every_recorded_setting_counts_but_the_systems_name(runs, tmp_path):
         comparable.NotComparable, match="knowledge settings: 'recorded' -> '<no settings.json>'"
     ):
         comparable.check_comparable(base, other)
+
+
+def test_a_torn_last_line_is_read_alike_everywhere(runs, tmp_path, capsys, monkeypatch):
+    """A killed re-run leaves a torn last line: report, compare and the leaderboard refused the folder while
+    the scorer skipped it. Now every reader skips it and says so; a bad line elsewhere is refused by every
+    reader, naming the file and line. The class: cut inside a key, a value, a multi-byte character, after a
+    key."""
+    records = (runs["base"] / "knowledge.records.jsonl").read_bytes()
+    line = json.dumps(
+        {"qid": "k-003", "text": "答案三", "text_status": "keyword"}, ensure_ascii=False
+    ).encode()
+    for cut in (3, line.index(b"text") + 2, line.index("三".encode()) + 1, line.index(b'"text":') + 7):
+        torn = _edited(runs["base"], tmp_path, lambda s: None)
+        (torn / "knowledge.records.jsonl").write_bytes(records + line[:cut])
+        assert cli.main(["compare", str(runs["base"]), str(torn)]) == 0, cut
+        report = ["report", str(torn), "--out", str(tmp_path / "board"), "--html", str(tmp_path / "r")]
+        assert cli.main(report) == 0
+        err = capsys.readouterr().err
+        assert err.count(f"{torn / 'knowledge.records.jsonl'}: the last line (line 8) is torn") == 3, err
+    # a bad line that is not the last one: refused by the scorer, compare and report alike, naming it
+    bad = _edited(runs["base"], tmp_path, lambda s: None)
+    lines = records.decode().splitlines(keepends=True)
+    (bad / "knowledge.records.jsonl").write_text("".join([*lines[:2], "{not json\n", *lines[2:]]))
+    named = f"{bad / 'knowledge.records.jsonl'}:3: not a JSON record"
+    assert cli.main(["compare", str(runs["base"]), str(bad)]) == 2
+    assert named in capsys.readouterr().err
+    assert cli.main(["report", str(bad), "--out", str(tmp_path / "board")]) == 2
+    assert named in capsys.readouterr().err
+    outputs, dataset = runs["base"].parent / "model-a", runs["base"].parent / "cs_knowledge.json"
+    monkeypatch.setattr("cs3_tasks.asr.transcribe_batch", FakeASR({}))
+    monkeypatch.setenv("CS3_BENCH_CACHE", str(tmp_path / "cache"))
+    assert score_cli.run(_args(outputs, bad, dataset, no_judge=True)) == 2
+    assert named in capsys.readouterr().err
+    # and the scorer resumes a dir with a torn last line, saying so
+    assert score_cli.run(_args(outputs, torn, dataset, no_judge=True)) == 0
+    assert "is torn, as a run killed while writing it leaves it: skipped" in capsys.readouterr().err

@@ -27,6 +27,7 @@ from cs3_tasks.scoring.records import judge_failures, judge_unparsed
 from cs3_tasks.scoring.settings import ScoringError, ScoringSettings
 from cs3_tasks.scoring.store import (
     SCORED_DOC_FIELDS,
+    RecordsError,
     RecordsFile,
     ResultDirBusy,
     SettingsMismatchError,
@@ -231,6 +232,8 @@ def _run_set(
         store.open(settings, restart=job.restart, outputs=job.outputs)
     except (SettingsMismatchError, ResultDirBusy) as exc:
         raise ScoringError(str(exc)) from exc
+    except RecordsError as exc:  # a line that is not a record, not a torn last one: never guessed over
+        raise ScoringError(f"{exc}: fix or remove the line, or --restart") from exc
 
     def score(pending_docs: list[Mapping], pending_outputs: list[ModelOutput], append) -> None:
         score_batch(

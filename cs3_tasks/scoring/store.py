@@ -128,19 +128,39 @@ def comparable_settings(settings: Mapping) -> dict:
     return {k: v for k, v in settings.items() if k not in INFORMATIONAL_KEYS}
 
 
+class RecordsError(ValueError):
+    """A records file that cannot be read; the message names the file and line."""
+
+
 def read_records(path: Path) -> dict[str, dict]:
-    """The latest record per Qid in a records file; a torn last line (killed mid-write) is ignored."""
+    """The latest record per Qid in a records file (in the order Qids first appear), read the same way by the
+    scorer, its resume, reports and comparisons: a torn last line (a run killed while writing it: no newline
+    at its end) is skipped, with a note on stderr (a re-run scores that item again); any other line that is
+    not a JSON record with a "qid" is a RecordsError naming the file and line."""
     records: dict[str, dict] = {}
-    if not Path(path).is_file():
+    path = Path(path)
+    if not path.is_file():
         return records
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and "qid" in record:
-                records[record["qid"]] = record
+    content = path.read_text(encoding="utf-8", errors="surrogateescape")
+    lines = content.splitlines()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            if number == len(lines) and not content.endswith("\n"):
+                print(
+                    f"note: {path}: the last line (line {number}) is torn, as a run killed while writing it "
+                    "leaves it: skipped (a re-run scores that item again)",
+                    file=sys.stderr,
+                )
+                break
+            cause = getattr(exc, "msg", None) or type(exc).__name__
+            raise RecordsError(f"{path}:{number}: not a JSON record ({cause})") from None
+        if not isinstance(record, dict) or not isinstance(record.get("qid"), str):
+            raise RecordsError(f"{path}:{number}: a record needs a 'qid'")
+        records[record["qid"]] = record
     return records
 
 
