@@ -190,7 +190,6 @@ def test_a_bad_model_does_not_stop_the_others(tmp_path, asr, capsys):
         "exit_code": 0,
         "sets": ["knowledge"],
         "error": None,
-        "note": None,
     }
     assert [r["model"] for r in _board(out)] == ["alpha", "beta", "gamma"]
     assert "- gamma:" not in (out / "leaderboard.md").read_text(encoding="utf-8")

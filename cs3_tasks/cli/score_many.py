@@ -59,6 +59,13 @@ class ModelStatus:
     error: str | None = None
     note: str | None = None  # what was replaced in the folder's name to write it (`text.valid_text`)
 
+    def as_written(self) -> dict:
+        """Its entry in models.json (``note`` only when there is one)."""
+        entry = asdict(self)
+        if entry["note"] is None:
+            del entry["note"]
+        return entry
+
 
 def model_name(folder: Path) -> str:
     """A model's name: its folder's, with U+FFFD for each byte that is not UTF-8 (`text.valid_text`, the one
@@ -176,7 +183,7 @@ def write_models_file(
         "outputs_root": Path(root).resolve().name,  # names, never a folder of this machine
         "set": set_name,
         "exit_code": exit_code,  # None while the run goes on
-        "models": {name: asdict(status) for name, status in statuses.items()},
+        "models": {name: status.as_written() for name, status in statuses.items()},
         "skipped": dict(skipped),
     }
     atomic_write(Path(out) / MODELS_FILE, json.dumps(content, indent=2, ensure_ascii=False) + "\n")
