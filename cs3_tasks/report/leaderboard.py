@@ -17,8 +17,10 @@ from pathlib import Path
 from cs3_tasks.asr import describe_fingerprint
 from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.data import SETS
+from cs3_tasks.scoring.cs_vs_en import compare_cs_en
+from cs3_tasks.scoring.formatting import incomplete_entry
 from cs3_tasks.scoring.records import CHANNELS
-from cs3_tasks.scoring.summary import compare_cs_en, incomplete_entry, read_summary
+from cs3_tasks.scoring.summary import read_summary
 
 CS_SETS = ("knowledge", "open_ended")
 COLUMNS = (
