@@ -6,9 +6,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 
+def is_incomplete(entry: Mapping | None) -> bool:
+    """True for an entry that lacks verdicts (``complete`` False): its value alone would hide that."""
+    return bool(entry) and entry.get("complete") is False
+
+
 def format_entry(entry: Mapping | None, percent: bool = True) -> str:
-    """``value [ci_low, ci_high]`` of a metric entry, in % or with 3 decimals; "n/a" without a value."""
-    if entry and entry.get("complete") is False and entry.get("bounds"):
+    """``value [ci_low, ci_high]`` of a metric entry, in % or with 3 decimals; "n/a" without a value; an
+    incomplete entry as `incomplete_entry`."""
+    if is_incomplete(entry):
         return incomplete_entry(entry, percent)
     if not entry or entry.get("value") is None:
         return "n/a"
@@ -20,12 +26,28 @@ def format_entry(entry: Mapping | None, percent: bool = True) -> str:
     return f"{value:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
 
 
-def incomplete_entry(entry: Mapping, percent: bool = True) -> str:
-    """A rate that lacks verdicts, shown as its bounds (all missing wrong .. all missing right)."""
+def format_points(entry: Mapping | None) -> str:
+    """A difference of two rates in percentage points (``12.5 points``), or its bounds when incomplete."""
+    if is_incomplete(entry):
+        return incomplete_entry(entry, percent=True, unit=" points")
+    if not entry or entry.get("value") is None:
+        return "n/a"
+    return f"{100 * entry['value']:.1f} points"
+
+
+def incomplete_entry(entry: Mapping, percent: bool = True, unit: str = "%") -> str:
+    """A value that lacks verdicts, shown as its bounds (all missing wrong .. all missing right):
+    ``incomplete: 66.7-100.0% (2 verdicts missing)``; ``-5.0 to 20.0`` when the low bound is negative;
+    without bounds (a ratio whose denominator may be 0), the count alone."""
+    n = entry.get("n_missing_verdict") or 0
+    missing = f"({n} verdict{'' if n == 1 else 's'} missing)"
+    if not entry.get("bounds"):
+        return f"incomplete {missing}"
     low, high = entry["bounds"]
     if percent:
-        span = f"{100 * low:.1f}-{100 * high:.1f}%"
+        low, high = 100 * low, 100 * high
+        digits = 1
     else:
-        span = f"{low:.3f}-{high:.3f}"
-    n = entry["n_missing_verdict"]
-    return f"incomplete: {span} ({n} verdict{'' if n == 1 else 's'} missing)"
+        digits, unit = 3, ""
+    separator = " to " if low < 0 else "-"
+    return f"incomplete: {low:.{digits}f}{separator}{high:.{digits}f}{unit} {missing}"

@@ -19,7 +19,7 @@ from cs3_tasks.core import metrics
 from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.data import KNOWLEDGE_SETS, check_set
 from cs3_tasks.judge import redact
-from cs3_tasks.scoring.cs_vs_en import compare_cs_en
+from cs3_tasks.scoring.cs_vs_en import GAP_KEYS, compare_cs_en, gap_entry
 from cs3_tasks.scoring.formatting import format_entry
 from cs3_tasks.scoring.protocols import Protocol, protocol_for
 from cs3_tasks.scoring.records import CHANNELS, STATUSES, UNNAMED_PROTOCOL, judge_answered_models, judge_ran
@@ -303,11 +303,7 @@ def summary_markdown(summary: Mapping) -> str:
             "| --- | --- | --- | --- | --- | --- |",
         ]
         for ch in CHANNELS:
-            c = comparison[ch]
-            cells = [
-                format_entry({"value": c[k]})
-                for k in ("acc_cs", "acc_en", "drop_abs", "drop_rel", "preserve")
-            ]
+            cells = [format_entry(gap_entry(comparison[ch], k)) for k in GAP_KEYS]
             lines.append(f"| {ch} | " + " | ".join(cells) + " |")
     lines += settings_lines(summary)
     return "\n".join(lines) + "\n"
