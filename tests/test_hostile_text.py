@@ -103,6 +103,7 @@ TEXT_CHECKS = {  # name -> check of the output for one text (and a pair where th
     "mixed_tokens": _is_encodable,
     "raw_english_word_count": lambda out: isinstance(out, int) and out >= 0,
     "dominant_language": lambda out: out in ("zh", "en", "mixed", "none"),
+    "gloss_language": lambda out: out in ("zh", "en", None),
     "response_language": lambda out: out in ("zh", "en", "mixed", "none", "other"),
     "split_middle_dot": _is_encodable,
 }
