@@ -39,8 +39,11 @@ from cs3_tasks.core import data
 from cs3_tasks.core.cache import atomic_write, cache_dir
 from cs3_tasks.core.data import CATEGORIES, check_set
 from cs3_tasks.harness.distributed import all_gather_list
+from cs3_tasks.harness.lm_eval_hook import MarkedValue
 from cs3_tasks.harness.speech import decode_payload
 from cs3_tasks.scoring import pipeline as scoring
+from cs3_tasks.scoring.cs_vs_en import gap_entry
+from cs3_tasks.scoring.formatting import incomplete_entry, is_incomplete
 from cs3_tasks.scoring.options import MetadataError, in_metadata_words
 from cs3_tasks.scoring.outputs import ModelOutput, join_problems, repair_text
 from cs3_tasks.scoring.records import CHANNELS
@@ -339,9 +342,24 @@ def _path(summary: Mapping | None, *keys: str) -> Any:
     return node
 
 
+def _marked(value: float, entry: Mapping | None, *, percent: bool = True, unit: str = "%") -> float:
+    """``value``, or, when its summary entry lacks verdicts, the same number marked with its bounds as the
+    summary shows them (lm-eval's table prints the mark: `harness.lm_eval_hook.MarkedValue`)."""
+    if not is_incomplete(entry):
+        return value
+    return MarkedValue(value, incomplete_entry(entry, percent, unit))
+
+
 def _summary_metric(*keys: str) -> Callable[[Sequence[Mapping]], float]:
+    # means of 0-5 scores are shown with 3 decimals, rates in %
+    percent = not any(key.startswith("mean_") for key in keys)
+
     def aggregate(records: Sequence[Mapping]) -> float:
-        return _number(_path(_summary(records), *keys)) if records else math.nan
+        if not records:
+            return math.nan
+        summary = _summary(records)
+        entry = _path(summary, *keys[:-1])
+        return _marked(_number(_path(summary, *keys)), entry, percent=percent)
 
     aggregate.__name__ = "agg_" + "_".join(keys)
     return aggregate
@@ -368,7 +386,8 @@ def _cs_vs_en(channel: str, key: str) -> Callable[[Sequence[Mapping]], float]:
         if not cs_records:
             return math.nan
         comparison = compare_cs_en(_summary(cs_records), _summary(records))
-        return _number(_path(comparison, channel, key))
+        entry = gap_entry(comparison[channel], key)
+        return _marked(_number(_path(comparison, channel, key)), entry, unit="" if key == "drop_abs" else "%")
 
     return aggregate
 

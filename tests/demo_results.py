@@ -48,6 +48,6 @@ def score_demo(fake_asr, out: Path) -> Path:
 def read_items(report: Path) -> dict:
     """The JSON the report's items.js holds."""
     text = (report / "items.js").read_text(encoding="utf-8").strip()
-    prefix = "window.CS3_ITEMS="
-    assert text.startswith(prefix) and text.endswith(";")
-    return json.loads(text[len(prefix) : -1])
+    prefix = "window.CS3_ITEMS=JSON.parse("
+    assert text.startswith(prefix) and text.endswith(");")
+    return json.loads(json.loads(text[len(prefix) : -2]))

@@ -32,3 +32,7 @@ probe = {
 }
 # one file per rank: two processes printing to one pipe can interleave their lines
 (Path(sys.argv[3]) / f"probe-{group.rank}.json").write_text(json.dumps(probe), encoding="utf-8")
+# the end of a launch: both ranks end together (exit 0), with what they printed flushed and nothing after it
+sys.stdout.write(f"rank {group.rank} done\n")  # a pipe: block-buffered, flushed by end_of_launch
+distributed.end_of_launch()
+print(f"rank {group.rank} went on after end_of_launch")

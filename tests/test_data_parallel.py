@@ -184,7 +184,8 @@ def _free_port() -> int:
 @pytest.mark.slow
 @needs_demo
 def test_collectives_across_two_processes(tmp_path):
-    """torchrun this time (the lm-eval runs below use accelerate): the wrappers join the group either way."""
+    """torchrun this time (the lm-eval runs below use accelerate): the wrappers join the group either way; the
+    end of a launch ends both ranks together, exit 0, with their output flushed."""
     result = subprocess.run(
         [
             sys.executable,
@@ -212,6 +213,8 @@ def test_collectives_across_two_processes(tmp_path):
         assert p["counts"] == [5, 6] and p["records"] == ["q0", "q1", "shared"]
         assert p["threads"] == max(1, len(os.sched_getaffinity(0)) // 2)
     assert probes[0]["gathered"] == [{"rank": 0}, {"rank": 1}] and probes[1]["gathered"] is None
+    assert "rank 0 done" in result.stdout and "rank 1 done" in result.stdout
+    assert "went on" not in result.stdout
 
 
 def metrics_of(out: Path) -> dict:

@@ -10,6 +10,7 @@ import pytest
 import soundfile as sf
 
 from cs3_tasks import cli
+from cs3_tasks.cli.export_questions import MANIFEST
 from cs3_tasks.core import data
 
 pytestmark = pytest.mark.skipif(
@@ -56,6 +57,53 @@ def test_export_one_set_and_a_missing_dataset(tmp_path, capsys):
     out = tmp_path / "q"
     argv = ["export-questions", "--out", str(out), "--dataset", "demo", "--set", "knowledge_en"]
     assert cli.main(argv) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["knowledge_en", "knowledge_en.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".cs3-questions.json",
+        "knowledge_en",
+        "knowledge_en.jsonl",
+    ]
     assert cli.main(["export-questions", "--out", str(out), "--dataset", str(tmp_path / "nope")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_export_never_replaces_a_file_it_did_not_write(tmp_path, capsys):
+    """Issue 31, item 5: pointed at a model's outputs folder (the same layout), an export replaced its answers
+    and response audio. Every file it would write that is there and not its own is refused, before anything
+    is written, naming the file: an answers folder, a file it wrote and someone changed since, a folder in the
+    place of a wav; its own files are replaced by a re-export; --overwrite replaces any."""
+    out = tmp_path / "q"
+    argv = ["export-questions", "--out", str(out), "--dataset", "demo", "--set", "knowledge_en"]
+    assert cli.main(argv) == 0
+    assert cli.main(argv) == 0  # its own files, as it wrote them: replaced
+    wavs = sorted((out / "knowledge_en").iterdir())
+    own = {path: path.read_bytes() for path in [out / "knowledge_en.jsonl", *wavs]}
+    capsys.readouterr()
+    changes = {
+        "answers": lambda: (out / "knowledge_en.jsonl").write_text('{"Qid": "x", "text": "mine"}\n'),
+        "audio": lambda: wavs[3].write_bytes(b"RIFF my answer"),
+        "manifest gone": lambda: (out / MANIFEST).unlink(),
+        "folder": lambda: (wavs[5].unlink(), wavs[5].mkdir()),
+    }
+    for what, change in changes.items():
+        change()
+        before = {path: path.read_bytes() for path in own if path.is_file()}
+        assert cli.main(argv) == 2, what
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "was not written by export-questions" in err and "--overwrite" in err
+        assert {path: path.read_bytes() for path in own if path.is_file()} == before, what  # nothing written
+        if what == "folder":  # --overwrite replaces files, never a folder: one line naming it
+            assert cli.main([*argv, "--overwrite"]) == 2
+            assert str(wavs[5]) in capsys.readouterr().err
+            wavs[5].rmdir()
+        assert cli.main([*argv, "--overwrite"]) == 0, what
+        assert {path: path.read_bytes() for path in own} == own, what
+    # a model's outputs folder in our layout (the layout it writes): refused, naming the answers file
+    answers = tmp_path / "my-model"
+    (answers / "knowledge_en").mkdir(parents=True)
+    (answers / "knowledge_en.jsonl").write_text('{"Qid": "a", "text": "t", "audio": "knowledge_en/a.wav"}\n')
+    assert (
+        cli.main(["export-questions", "--out", str(answers), "--dataset", "demo", "--set", "knowledge_en"])
+        == 2
+    )
+    assert f"{answers / 'knowledge_en.jsonl'} exists" in capsys.readouterr().err
+    assert sorted(p.name for p in answers.iterdir()) == ["knowledge_en", "knowledge_en.jsonl"]

@@ -89,6 +89,7 @@ TEXT_CHECKS = {  # name -> check of the output for one text (and a pair where th
     "to_simplified": _is_encodable,
     "valid_unicode": _is_encodable,
     "lone_surrogates": lambda out: isinstance(out, int) and out >= 0,
+    "valid_text": lambda out: _is_encodable(out[0]) and (out[1] is None or "lone surrogates" in out[1]),
     "normalize_zh": _is_encodable,
     "normalize_matrix": _is_encodable,
     "normalize_en": _is_encodable,
@@ -102,6 +103,7 @@ TEXT_CHECKS = {  # name -> check of the output for one text (and a pair where th
     "mixed_tokens": _is_encodable,
     "raw_english_word_count": lambda out: isinstance(out, int) and out >= 0,
     "dominant_language": lambda out: out in ("zh", "en", "mixed", "none"),
+    "gloss_language": lambda out: out in ("zh", "en", None),
     "response_language": lambda out: out in ("zh", "en", "mixed", "none", "other"),
     "split_middle_dot": _is_encodable,
 }

@@ -163,3 +163,121 @@ def test_paired_views_and_screenshot(browser_page, demo_report, tmp_path):
 
         image = Image.open(io.BytesIO(shot)).convert("RGB").quantize(colors=64)
         image.save(SCREENSHOT, optimize=True)
+
+
+# Issue 31, items 6 and 7 and the 10 MB response: any string is a Qid or a model name (the names of
+# Object.prototype's members included), any file name is played or said missing, a huge response is drawn
+# bounded. One report, one page load.
+RESERVED = ["constructor", "toString", "__proto__", "hasOwnProperty", "valueOf", "isPrototypeOf"]
+RESERVED += ["propertyIsEnumerable", "toLocaleString", "__defineGetter__", "__lookupGetter__", "prototype"]
+URL_SPECIAL = ["a#b", "a?b", "a%20b", "a%b", "a b", "name:x", "javascript:x", "C:x", "a&b=c", ".."]
+GONE, MOVED, HUGE = "audio-gone", "audio-moved", "huge-response"
+HUGE_TEXT = "很长的回答 long answer " * 100_000  # 2.1 M characters
+
+
+def _hostile_report(root: Path, fake_asr) -> tuple[Path, dict[tuple[str, str, str], Path]]:
+    """Two models named after Object.prototype members, scored (stand-in ASR, no judge) on a dataset whose
+    Qids are reserved names and URL-special file names; each clip distinct. Returns the results folder and
+    (model, set, Qid) -> the clip the model answered with."""
+    import numpy as np
+    import soundfile as sf
+
+    from cs3_tasks import cli
+
+    qids = [*RESERVED, *URL_SPECIAL, GONE, MOVED, HUGE]
+    source = root / "source"
+    source.mkdir(parents=True)
+    knowledge = [
+        {"Qid": q, "Question": f"问题 {q}", "Answer_zh": "答案", "Answer_en": "answer", "Source": "s"}
+        | {"Category": "Acoustic"}
+        for q in qids
+    ]
+    english = [
+        {"Qid": q, "Question": f"question {q}", "Answer": "answer", "Category": "Acoustic"} for q in qids
+    ]
+    for name, items in (("cs_knowledge.json", knowledge), ("cs_knowledge_en.json", english)):
+        (source / name).write_text(json.dumps(items, ensure_ascii=False), encoding="utf-8")
+    clips = {}
+    for k, model in enumerate(("__proto__", "constructor")):
+        folder = root / "outputs" / model
+        for s, set_name in enumerate(("knowledge", "knowledge_en")):
+            rows = []
+            for i, qid in enumerate(qids):
+                wav = folder / set_name / f"{qid}.wav"
+                wav.parent.mkdir(parents=True, exist_ok=True)
+                if qid != GONE:  # distinct lengths: each player must play its own item's clip
+                    samples = np.zeros(1600 * (1 + i + 40 * s + 90 * k), dtype="float32")
+                    sf.write(wav, samples, 16000, format="WAV")
+                    clips[(model, set_name, qid)] = wav
+                text = HUGE_TEXT if qid == HUGE else "答案 answer"
+                rows.append({"Qid": qid, "text": text, "audio": f"{set_name}/{qid}.wav"})
+            lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+            (folder / f"{set_name}.jsonl").write_text(lines, encoding="utf-8")
+    fake_asr(lambda audio, language: "答案 answer")
+    results = root / "results"
+    argv = ["score", "--outputs-root", str(root / "outputs"), "--out", str(results), "--dataset", str(source)]
+    argv += ["--asr-model", "fake-asr", "--protocol", "cs3", "--no-judge", "--no-progress"]
+    assert cli.main(argv) == 0
+    for model in ("__proto__", "constructor"):
+        for set_name in ("knowledge", "knowledge_en"):
+            clips.pop((model, set_name, MOVED)).unlink()  # scored, then gone: not on this machine
+    argv = ["report", str(results / "__proto__"), str(results / "constructor"), "--dataset", str(source)]
+    assert cli.main([*argv, "--html", str(results / "report")]) == 0
+    return results, clips
+
+
+@pytest.mark.slow
+def test_any_qid_and_model_name_any_file_name_and_a_huge_response(browser_page, tmp_path, fake_asr):
+    results, clips = _hostile_report(tmp_path, fake_asr)
+    page = browser_page
+    _open(page, results, "items-view")  # the script did not throw (the fixture fails on any page error)
+    durations = """async () => Promise.all([...document.querySelectorAll('#items-table audio')].map(a =>
+        new Promise(done => {
+            if (a.readyState >= 1) return done(a.duration);
+            a.addEventListener('loadedmetadata', () => done(a.duration), {once: true});
+            a.addEventListener('error', () => done(-1), {once: true});
+            a.preload = 'metadata'; a.load();
+        })))"""
+    for model in ("__proto__", "constructor"):
+        for set_name in ("knowledge", "knowledge_en"):
+            records = _records(results, model, set_name)
+            _show_items(page, model, set_name)
+            rows = page.eval_on_selector_all(
+                "#items-table tbody tr",
+                "trs => trs.map(tr => [tr.dataset.qid, [...tr.cells[5].querySelectorAll('audio')]"
+                ".map(a => a.src), tr.cells[5].textContent, tr.cells[4].textContent.length])",
+            )
+            assert [qid for qid, *_ in rows] == [r["qid"] for r in records], (model, set_name)
+            for qid, sources, cell, text_length in rows:
+                if (model, set_name, qid) in clips:  # its own clip, copied into the report and found there
+                    assert len(sources) == 1, (model, set_name, qid)
+                    path = Path(unquote(urlparse(sources[0]).path))
+                    assert (results / "report") in path.parents, qid
+                    assert path.read_bytes() == clips[(model, set_name, qid)].read_bytes(), qid
+                else:  # no player, and the row says why
+                    assert not sources and "audio missing" in cell, (qid, cell)
+                assert text_length < 5000, (qid, text_length)  # a huge response is shown bounded
+            assert all(d > 0 for d in page.evaluate(durations)), (model, set_name)
+    # the rest of a huge response is one click away
+    _show_items(page, "constructor", "knowledge")
+    row = f"#items-table tbody tr[data-qid='{HUGE}']"
+    whole = """async a => { a.dispatchEvent(new MouseEvent('click', {cancelable: true}));
+        return await (await fetch(a.href)).text(); }"""
+    assert page.eval_on_selector(f"{row} td:nth-child(5) a.more", whole) == HUGE_TEXT
+    words = page.eval_on_selector(f"{row} td:nth-child(9)", "td => td.querySelectorAll('span').length")
+    assert 0 < words <= 200  # the PSR cell marks the first words; the first 1,000 a click away
+    listed = page.eval_on_selector(f"{row} td:nth-child(9) a.more", whole).splitlines()
+    assert len(listed) == 1001 and listed[0] == "long  missed" and "more words, not kept" in listed[-1]
+    # cs vs en side by side and across models: one row per Qid, each side and model scored
+    page.goto((results / "report" / "index.html").as_uri() + "#pairs-view")
+    page.wait_for_selector("body[data-ready='1']")
+    for model in ("__proto__", "constructor"):
+        page.select_option("#pairs-model", model)
+        qids = page.eval_on_selector_all("#pairs-table tbody tr", "trs => trs.map(tr => tr.dataset.qid)")
+        assert sorted(qids) == sorted(r["qid"] for r in _records(results, model, "knowledge"))
+        assert page.eval_on_selector_all("#pairs-table td.none", "tds => tds.length") == 0
+    page.evaluate("location.hash = '#models-view'")
+    page.select_option("#models-set", "knowledge_en")
+    rows = page.eval_on_selector_all("#models-table tbody tr", "trs => trs.map(tr => tr.dataset.qid)")
+    assert sorted(rows) == sorted(r["qid"] for r in _records(results, "constructor", "knowledge_en"))
+    assert page.eval_on_selector_all("#models-table td.none", "tds => tds.length") == 0

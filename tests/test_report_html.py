@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 import pytest
 from demo_results import read_items, score_demo
@@ -56,6 +58,38 @@ def test_report_command_baseline_marks_and_errors(results, tmp_path, capsys):
     assert cli.main([*argv[:-1], "nobody"]) == 2
     assert "'nobody' is not among the models" in capsys.readouterr().err
     assert cli.main(["report", str(tmp_path / "missing"), "--html", str(out)]) == 2
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("target", ["--out", "--html"])
+def test_report_onto_a_file_or_a_read_only_folder_is_one_line(results, tmp_path, capsys, monkeypatch, target):
+    """Issue 31, item 8: a traceback and exit 1 before; one line naming the path, exit 2, as score --out."""
+    import errno
+    import tempfile
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("mine", encoding="utf-8")
+    dirs = [str(results / "demo-strong"), str(results / "demo-weak")]
+    for where, cause in [(a_file, "a file is there"), (a_file / "below", "Not a directory")]:
+        assert cli.main(["report", *dirs, target, str(where)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"error: {a_file}") and cause in err, err
+    assert a_file.read_text(encoding="utf-8") == "mine"
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    real = tempfile.mkstemp
+    for code in (errno.EACCES, errno.EROFS):  # root ignores permissions: the write fails as it would
+
+        def refuse(*args, dir=None, code=code, **kwargs):
+            if dir is not None and str(dir).startswith(str(read_only)):
+                raise OSError(code, os.strerror(code), str(dir))
+            return real(*args, dir=dir, **kwargs)
+
+        monkeypatch.setattr(tempfile, "mkstemp", refuse)
+        assert cli.main(["report", *dirs, target, str(read_only)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"error: {read_only}" in err and os.strerror(code) in err, err
+        monkeypatch.setattr(tempfile, "mkstemp", real)
 
 
 def test_compare_prints_difference_ci_mcnemar(results, capsys):
@@ -116,10 +150,52 @@ def test_audio_suffix_and_response_audio_placed_in_the_report(tmp_path):
     clip.write_bytes(b"RIFF")
     record = {"qid": "q/1:x", "audio": "a/b c#?.WAV"}  # as records name it: relative to the outputs
     url = items.place_response_audio(record, outputs, report, "my model", "knowledge")
-    # inside the report, in safe characters: no folder of this machine, playable from any copy of it
-    assert url == "audio/responses/my_model/knowledge/q_1_x.wav"
+    # inside the report, in safe characters (a changed name carries its hash: distinct names stay distinct):
+    # no folder of this machine, playable from any copy of it
+    assert re.fullmatch(r"audio/responses/my_model-[0-9a-f]{12}/knowledge/q_1_x-[0-9a-f]{12}\.wav", url)
+    assert items.safe_name("q/1?x") != items.safe_name("q/1:x") and items.safe_name("Qid-7") == "Qid-7"
     assert (report / url).read_bytes() == b"RIFF"
     assert items.place_response_audio(record, outputs, report, "my model", "knowledge") == url  # again: same
     assert items.place_response_audio(record, tmp_path / "elsewhere", report, "m", "knowledge") is None
     row = items.item_row(record, None)
     assert row["audio_label"] == "a/b c#?.WAV" and "audio_url" not in row
+
+
+# Any string is a Qid or a model name, any character a file name's (issue 31, items 6 and 7): the static side
+# of tests/test_report_browser.py's check in Chromium.
+RESERVED = ["constructor", "toString", "__proto__", "hasOwnProperty", "valueOf", "prototype"]
+URL_SPECIAL = ["a#b", "a?b", "a%20b", "a%b", "a b", "a_b", "name:x", "javascript:x", "C:x", "a&b=c", ".."]
+
+
+def test_the_page_script_never_looks_data_up_in_a_plain_object():
+    """A Qid or model name as a property of a plain object ("constructor", "__proto__") is not the item: every
+    lookup by what the data names goes through a Map; items.js is parsed as JSON, not as an object literal."""
+    script = (Path(items.__file__).parent / "assets" / "report.js").read_text(encoding="utf-8")
+    # data[qid], index[it.qid], r.by[m], D.answers[...]; own keys from Object.keys (k) are the exception
+    by_data_key = re.compile(r"\[\s*(?:\w+\.)?(?:qid|model|m|set|name)\s*\]|D\.(?:questions|answers)\s*[\[.]")
+    assert not by_data_key.findall(script)
+    assert "new Map()" in script and "Q.get(" in script and "A.get(" in script
+
+
+def test_any_name_gets_its_own_percent_encoded_audio_url(tmp_path):
+    outputs, report = tmp_path / "outputs", tmp_path / "report"
+    outputs.mkdir()
+    urls = {}
+    for model in ("__proto__", "my model", "my_model"):
+        for k, qid in enumerate([*RESERVED, *URL_SPECIAL]):
+            (outputs / f"{qid}.wav").write_bytes(b"RIFF" + f"{model}/{k}".encode())
+            record = {"qid": qid, "audio": f"{qid}.wav"}
+            url = items.place_response_audio(record, outputs, report, model, "knowledge")
+            assert url == quote(unquote(url)) and not re.search(r"[#?% :]", url), url
+            assert (report / unquote(url)).read_bytes() == b"RIFF" + f"{model}/{k}".encode(), (model, qid)
+            urls[(model, qid)] = url
+    assert len(set(urls.values())) == len(urls)  # two names never share one file
+    record = blank_record("knowledge", "__proto__", "Acoustic", None, "cs3")
+    result = tmp_path / "result"
+    result.mkdir()
+    (result / "knowledge.records.jsonl").write_text(json.dumps(record) + "\n", encoding="utf-8")
+    summary = summarize("knowledge", [record])
+    summary["model"] = "constructor"
+    write_summary(result, summary)
+    write_html_report(report, [result], ReportSettings(dataset=None))
+    assert read_items(report)["answers"]["constructor"]["knowledge"][0]["qid"] == "__proto__"

@@ -163,3 +163,49 @@ def test_traditional_and_simplified_normalise_equal(s):
 def test_normalize_zh_is_idempotent(s):
     once = T.normalize_zh(s)
     assert T.normalize_zh(once) == once
+
+
+# An answer named in both languages (issue 31): "黑海，Black Sea。" was tagged English and
+# "坦桑尼亚，Tanzania。" Chinese, by the length of the names. The class: one and several English words, the
+# Chinese name short and long, every separator (comma, full stop, brackets of both widths, colon, dash,
+# slash), both orders.
+NAME_PAIRS = [
+    ("黑海", "Black Sea"),
+    ("坦桑尼亚", "Tanzania"),
+    ("乔治·华盛顿", "George Washington"),
+    ("盐湖城", "Salt Lake City"),
+    ("耶稣基督后期圣徒教会", "The Church of Jesus Christ of Latter-day Saints"),
+    ("莫扎特", "Mozart"),
+]
+GLOSSES = ["{a}，{b}。", "{a}, {b}.", "{a}（{b}）", "{a} ({b})", "{a}：{b}", "{a} - {b}", "{a}/{b}"]
+GLOSSES += ["{a}。{b}"]
+
+
+@pytest.mark.parametrize(("zh", "en"), NAME_PAIRS)
+@pytest.mark.parametrize("gloss", GLOSSES)
+def test_an_answer_named_in_both_languages_is_in_the_language_named_first(zh, en, gloss):
+    from cs3_tasks.core import metrics as M
+
+    chinese_first, english_first = gloss.format(a=zh, b=en), gloss.format(a=en, b=zh)
+    assert T.dominant_language(chinese_first) == "zh" and T.dominant_language(english_first) == "en"
+    # knowledge (code-switched query: Mandarin expected) and knowledge_en (English expected)
+    assert M.language_selected(chinese_first, "zh") is True
+    assert M.language_selected(english_first, "zh") is False
+    assert M.language_selected(english_first, "en") is True
+    assert M.language_selected(chinese_first, "en") is False
+    assert T.dominant_language(chinese_first.replace("盐湖城", "鹽湖城")) == "zh"  # traditional script alike
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("Python是一种编程语言", "zh"),  # a sentence with an English term: the weighted count
+        ("我喜欢 deep learning", "mixed"),  # a space is no separator (ASRs put spaces next to English)
+        ("黑海 Black Sea", "en"),  # no punctuation: the weighted count (2 < 3)
+        ("黑海，Black Sea，黑海", "zh"),  # three runs: no gloss, the weighted count (4 > 3)
+        ("The answer is the Black Sea (黑海).", "en"),
+        ("答案是黑海（Black Sea）。", "zh"),
+    ],
+)
+def test_what_is_not_a_gloss_keeps_the_weighted_count(raw, expected):
+    assert T.dominant_language(raw) == expected

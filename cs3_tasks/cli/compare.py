@@ -9,6 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from cs3_tasks.report.comparable import NotComparable, check_comparable
 from cs3_tasks.report.compare import compare_systems, comparison_markdown
 from cs3_tasks.report.results import load_results
 from cs3_tasks.report.sensitivity import sensitivity_markdown, sensitivity_or_refusal
@@ -35,6 +36,11 @@ def run(args: argparse.Namespace) -> int:
     if view is not None:
         print(sensitivity_markdown(view, str(args.system_a), str(args.system_b)), end="")
         return 0
+    try:  # two systems scored otherwise (dataset, protocol, any scoring setting): one line naming each field
+        check_comparable(results_a, results_b)
+    except NotComparable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     rows = compare_systems(results_a, results_b)
     if not rows:
         print(f"error: {args.system_a} and {args.system_b} share no scored knowledge set", file=sys.stderr)

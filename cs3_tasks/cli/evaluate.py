@@ -16,8 +16,8 @@ from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.data import SETS, load_docs
 from cs3_tasks.harness.lm_eval_hook import task_dir as _task_dir
 from cs3_tasks.harness.lm_eval_hook import with_our_tasks
+from cs3_tasks.scoring.cs_vs_en import cs_vs_en_markdown as markdown_of_cs_vs_en
 from cs3_tasks.scoring.outputs import audio_label
-from cs3_tasks.scoring.records import CHANNELS
 from cs3_tasks.scoring.store import dataset_identity, write_local_outputs
 from cs3_tasks.scoring.summary import add_comparability, attach_cs_vs_en, summarize, write_summary
 
@@ -116,36 +116,11 @@ def write_scored_dir(
     return summaries
 
 
-def _pct(value: float | None) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    return f"{100 * value:.1f}%"
-
-
-def _points(value: float | None) -> str:
-    """A difference of two rates, in percentage points."""
-    return "n/a" if _pct(value) == "n/a" else f"{100 * value:.1f} points"
-
-
 def cs_vs_en_markdown(per_model: Mapping[str, Mapping[str, dict]]) -> str:
-    """One row per model and channel: accuracy on code-switched vs English questions, drop, preserve rate."""
+    """One row per model and channel: accuracy on code-switched vs English questions, drop, preserve rate
+    (`scoring.cs_vs_en.cs_vs_en_markdown`: a value that lacks verdicts shows its bounds)."""
 
-    lines = [
-        # drop (abs) = acc en - acc cs is a difference of two percentages: points, not a percentage
-        "| model | channel | acc cs | acc en | drop (points) | drop (rel) | preserve |",
-        "|---|---|---:|---:|---:|---:|---:|",
-    ]
-    for model, summaries in per_model.items():
-        comparison = (summaries.get("knowledge") or {}).get("cs_vs_en")
-        if not comparison:
-            continue
-        for channel in CHANNELS:
-            c = comparison.get(channel) or {}
-            lines.append(
-                f"| {model} | {channel} | {_pct(c.get('acc_cs'))} | {_pct(c.get('acc_en'))} | "
-                f"{_points(c.get('drop_abs'))} | {_pct(c.get('drop_rel'))} | {_pct(c.get('preserve'))} |"
-            )
-    return "\n".join(lines) + "\n"
+    return markdown_of_cs_vs_en(per_model)
 
 
 def _json_default(value: Any) -> Any:

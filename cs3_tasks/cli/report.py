@@ -15,6 +15,7 @@ from cs3_tasks.report.compare import baseline_notes
 from cs3_tasks.report.leaderboard import write_leaderboard
 from cs3_tasks.report.results import load_results, result_dirs_in, summaries_of
 from cs3_tasks.report.sensitivity_html import write_sensitivity_report
+from cs3_tasks.scoring.run import file_system_error
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +49,9 @@ def run(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as exc:  # RecordsError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # --out / --html a file, read-only or full: one line naming the path
+        print(f"error: {file_system_error(exc)}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -60,6 +64,9 @@ def run_sensitivity(args: argparse.Namespace) -> int:
         index = write_sensitivity_report(args.html, *args.result_dirs)
     except (FileNotFoundError, ValueError) as exc:  # a Refusal is a ValueError too: one line, exit 2
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # --html a file, read-only or full: one line naming the path
+        print(f"error: {file_system_error(exc)}", file=sys.stderr)
         return 2
     print(f"wrote the sensitivity report {index} (open it in a browser; no server needed)", file=sys.stderr)
     return 0

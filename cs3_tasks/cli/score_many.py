@@ -17,6 +17,7 @@ locked for the run.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from cs3_tasks import judge
 from cs3_tasks.core.cache import atomic_write
+from cs3_tasks.core.text import valid_text
 from cs3_tasks.report import leaderboard as report
 from cs3_tasks.report.html import write_report_quietly
 from cs3_tasks.report.leaderboard import LEADERBOARD_FILES
@@ -55,6 +57,20 @@ class ModelStatus:
     exit_code: int | None = None
     sets: list[str] = field(default_factory=list)
     error: str | None = None
+    note: str | None = None  # what was replaced in the folder's name to write it (`text.valid_text`)
+
+    def as_written(self) -> dict:
+        """Its entry in models.json (``note`` only when there is one)."""
+        entry = asdict(self)
+        if entry["note"] is None:
+            del entry["note"]
+        return entry
+
+
+def model_name(folder: Path) -> str:
+    """A model's name: its folder's, with U+FFFD for each byte that is not UTF-8 (`text.valid_text`, the one
+    rule for text that cannot be written), so that results, models.json and the leaderboard can name it."""
+    return valid_text(folder.name)[0]
 
 
 def find_models(root: Path, out: Path | None = None) -> tuple[list[Path], dict[str, str]]:
@@ -72,7 +88,7 @@ def find_models(root: Path, out: Path | None = None) -> tuple[list[Path], dict[s
         if find_output_sets(folder):
             models.append(folder)
         else:
-            skipped[folder.name] = "no outputs of any set (json/cs_<set>.json or <set>.jsonl)"
+            skipped[model_name(folder)] = "no outputs of any set (json/cs_<set>.json or <set>.jsonl)"
     return models, skipped
 
 
@@ -84,12 +100,12 @@ def result_files() -> tuple[str, ...]:
 
 def check_result_names(models: Sequence[Path], out: Path) -> None:
     """ScoringError when a model's result dir (``out/<folder name>``) would be one of `result_files`."""
-    clashes = [folder for folder in models if folder.name in result_files()]
+    clashes = [folder for folder in models if model_name(folder) in result_files()]
     if clashes:
         folder = clashes[0]
         raise ScoringError(
-            f"model folder {folder} would be scored into {Path(out) / folder.name}, where the "
-            f"{folder.name} of the results goes: rename the folder"
+            f"model folder {folder} would be scored into {Path(out) / model_name(folder)}, where the "
+            f"{model_name(folder)} of the results goes: rename the folder"
         )
 
 
@@ -116,9 +132,9 @@ class ModelsJob:
         """What ``cs3-bench score --outputs <folder> --out <out>/<name> --model-name <name>`` scores."""
         return ScoreJob(
             outputs=folder,
-            out=Path(self.out) / folder.name,
+            out=Path(self.out) / model_name(folder),
             set_name=self.set_name,
-            model_name=folder.name,
+            model_name=model_name(folder),
             restart=self.restart,
             wait=self.wait,
             progress=self.progress,
@@ -167,7 +183,7 @@ def write_models_file(
         "outputs_root": Path(root).resolve().name,  # names, never a folder of this machine
         "set": set_name,
         "exit_code": exit_code,  # None while the run goes on
-        "models": {name: asdict(status) for name, status in statuses.items()},
+        "models": {name: status.as_written() for name, status in statuses.items()},
         "skipped": dict(skipped),
     }
     atomic_write(Path(out) / MODELS_FILE, json.dumps(content, indent=2, ensure_ascii=False) + "\n")
@@ -237,18 +253,35 @@ def score_models(
     set_name = job.set_name
     for name in skipped:
         print(f"skipped {root / name}: {skipped[name]}", file=sys.stderr)
-    statuses = {folder.name: ModelStatus(outputs=folder.name, result_dir=folder.name) for folder in models}
+    statuses: dict[str, ModelStatus] = {}
+    keys: dict[Path, str] = {}  # folder -> its name in models.json
+    for folder in models:
+        name = keys[folder] = model_name(folder)
+        if name in statuses:  # two names that differ only in bytes that are not UTF-8: the first is scored
+            keys[folder] = os.fsencode(folder.name).decode("utf-8", "backslashreplace")
+            error = (
+                f"its name as written (U+FFFD for each byte that is not UTF-8) is model {name}'s: rename one "
+                "of the two folders"
+            )
+            statuses[keys[folder]] = ModelStatus(keys[folder], keys[folder], "failed", 2, error=error)
+        else:
+            note = valid_text(folder.name, "the folder name (not UTF-8)")[1]
+            statuses[name] = ModelStatus(outputs=name, result_dir=name, note=note)
     write_models_file(out, root, set_name, statuses, skipped)
     for k, folder in enumerate(models, start=1):
-        status = statuses[folder.name]
-        print(f"[{k}/{len(models)}] model {folder.name}", file=sys.stderr)
+        name = keys[folder]
+        status = statuses[name]
+        print(f"[{k}/{len(models)}] model {name}", file=sys.stderr)
+        if status.status == "failed":  # refused above
+            print(f"error: model {name}: {status.error}", file=sys.stderr)
+            continue
         score_model(job.model_job(folder), settings, status)
         write_models_file(out, root, set_name, statuses, skipped)  # a killed run keeps what is known
         if status.status == "scored":
-            print(f"model {folder.name}: scored ({', '.join(status.sets)})", file=sys.stderr)
+            print(f"model {name}: scored ({', '.join(status.sets)})", file=sys.stderr)
         else:
             print(
-                f"error: model {folder.name}: {status.status} (exit {status.exit_code}): {status.error}",
+                f"error: model {name}: {status.status} (exit {status.exit_code}): {status.error}",
                 file=sys.stderr,
             )
     on_board = [out / name for name, s in statuses.items() if s.status in ("scored", "incomplete")]

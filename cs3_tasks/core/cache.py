@@ -19,6 +19,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from cs3_tasks.core.text import valid_unicode
+
 CACHE_ENV = "CS3_BENCH_CACHE"
 
 
@@ -33,9 +35,17 @@ def cache_dir() -> Path:
 
 
 def stable_key(*parts: Any) -> str:
-    """A sha256 hex digest of JSON-encoded parts (sorted keys), for cache keys."""
+    """A sha256 hex digest of JSON-encoded parts (sorted keys), for cache keys. Text that is not valid
+    Unicode (lone surrogates) is hashed as it is: distinct inputs keep distinct keys."""
     blob = json.dumps(parts, sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def json_text(value: Any, **options: Any) -> str:
+    """``value`` as JSON text (non-ASCII kept, ``options`` as for `json.dumps`) that can always be written
+    as UTF-8: a lone surrogate in any string becomes U+FFFD (`text.valid_unicode`, the one rule for such
+    text). Every JSON file, JSON line and cache value this package writes goes through it."""
+    return valid_unicode(json.dumps(value, ensure_ascii=False, **options))
 
 
 def _current_umask() -> int:
@@ -49,11 +59,12 @@ _UMASK = _current_umask()
 
 
 def atomic_write(path: str | os.PathLike, data: bytes | str) -> None:
-    """Write ``data`` (str is UTF-8 encoded) to ``path`` atomically: a uniquely named temp file in the same
-    folder, fsync, then ``os.replace`` over ``path``. A killed writer leaves the old file (or none), never
-    half a file, and concurrent writers never share a temp file. Missing parent folders are created."""
+    """Write ``data`` (str is UTF-8 encoded, a lone surrogate as U+FFFD) to ``path`` atomically: a uniquely
+    named temp file in the same folder, fsync, then ``os.replace`` over ``path``. A killed writer leaves the
+    old file (or none), never half a file, and concurrent writers never share a temp file. Missing parent
+    folders are created."""
     path = Path(path)
-    blob = data.encode("utf-8") if isinstance(data, str) else data
+    blob = valid_unicode(data).encode("utf-8") if isinstance(data, str) else data
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -131,7 +142,7 @@ class SqliteCache:
             return self._conn.execute("SELECT 1 FROM cache WHERE key = ?", (key,)).fetchone() is not None
 
     def put(self, key: str, value: Any) -> None:
-        blob = json.dumps(value, ensure_ascii=False)
+        blob = json_text(value)
         with self._lock, self._conn:
             self._conn.execute("INSERT OR REPLACE INTO cache (key, value) VALUES (?, ?)", (key, blob))
 

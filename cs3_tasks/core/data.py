@@ -15,10 +15,12 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cs3_tasks.core.refusal import Refusal
+from cs3_tasks.core.text import valid_text
 
 if TYPE_CHECKING:  # datasets is heavy: imported inside functions only
     import datasets
@@ -30,6 +32,10 @@ DATASET_ENV = "CS3_BENCH_DATASET"  # a local build dir, a Hub id, or "demo"
 DEMO = "demo"
 SPLIT = "test"
 AUDIO_COLUMN = "audio"
+# What `load_docs` found wrong in an item's text: a field that is not valid Unicode (a lone surrogate, e.g.
+# "\ud83d" in a source JSON) is scored and written with U+FFFD (`text.valid_text`) and named here; every
+# record of the item carries it in its problem (`scoring.pipeline.pair_outputs`).
+DOC_PROBLEM = "_problem"
 CATEGORIES = ("Acoustic", "Semantic", "Integrated")
 
 # source file of each set inside a source directory
@@ -303,8 +309,23 @@ def load_docs(set_name: str, location: str | None = None) -> list[dict]:
             items = json.load(handle)
         if not isinstance(items, list) or not all(isinstance(i, dict) and "Qid" in i for i in items):
             raise ValueError(f"{location}: expected a JSON list of items with a Qid each")
-        return [dict(item) for item in items]
+        return [valid_doc(item) for item in items]
     if location and (Path(location) / SOURCE_FILES[set_name]).is_file():
-        return load_source(Path(location), sets=(set_name,))[set_name]
+        return [valid_doc(item) for item in load_source(Path(location), sets=(set_name,))[set_name]]
     dataset = load_set(set_name, dataset_location(location))
     return [{k: v for k, v in row.items() if k != AUDIO_COLUMN} for row in dataset]
+
+
+def valid_doc(item: Mapping) -> dict:
+    """A copy of a dataset item whose text fields are valid Unicode (`text.valid_text`: a lone surrogate
+    becomes U+FFFD), naming each repaired field under `DOC_PROBLEM`. (A built set is valid by construction:
+    Arrow strings are UTF-8.)"""
+    doc = dict(item)
+    notes = []
+    for key, value in item.items():
+        if isinstance(value, str):
+            doc[key], note = valid_text(value, f"dataset field {key}")
+            notes += [note] if note else []
+    if notes:
+        doc[DOC_PROBLEM] = "; ".join(notes)
+    return doc

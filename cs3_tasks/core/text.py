@@ -71,6 +71,8 @@ MIDDLE_DOTS = "\u00b7\u2022\u30fb\u2027\u2219\u22c5\uff65\u0387\u16eb\u2e31"
 # A surrogate code point is not a character: a lone one (half an emoji cut by a byte-level truncation, or
 # "\ud83d" in JSON) cannot be encoded as UTF-8, and OpenCC's C++ converter and every file writer need UTF-8.
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# A letter of the embedded (Latin-script) language: ASCII letters, Latin-1 and Latin Extended-A/B
+_LATIN_LETTERS = "A-Za-z\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f"
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\uff07": "'", "`": "'"})
 
 _converter: opencc.OpenCC | None = None
@@ -95,6 +97,8 @@ class _PairSpec:
     def __init__(self, pair: LanguagePair):
         self.matrix, self.embedded = pair.matrix, pair.embedded
         self.char = re.compile(f"[{pair.script_class}]")
+        # runs of letters of either language, for `gloss_language`
+        self.letter_runs = re.compile(f"(?P<m>[{pair.script_class}]+)|(?P<e>[{_LATIN_LETTERS}]+)")
         self.run = re.compile(f"([{pair.script_class}]+)")
         self.word_tokens = pair.tokens == "word"
         # Chinese/Japanese: whitespace next to a script character is noise (ASR inserts it at random);
@@ -161,6 +165,17 @@ def valid_unicode(text: str) -> str:
     if not _SURROGATE.search(text):
         return text
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def valid_text(text: str, what: str = "text") -> tuple[str, str | None]:
+    """How text that Python can hold but UTF-8 cannot is stored, everywhere (records, caches, summaries,
+    models.json, file names it names): ``text`` with each lone surrogate replaced by U+FFFD
+    (`valid_unicode`), and the note to record with it, "<what> has N lone surrogates, replaced by U+FFFD"
+    (None when ``text`` was valid). Readers of outside text (outputs rows, judge replies, dataset items,
+    folder names) call it where the text comes in, so that what is scored, cached and written is the same
+    text and the record says what was replaced."""
+    bad = lone_surrogates(text)
+    return valid_unicode(text), (f"{what} has {bad} lone surrogates, replaced by U+FFFD" if bad else None)
 
 
 def is_cjk(char: str) -> bool:
@@ -326,17 +341,51 @@ def raw_english_word_count(text: str) -> int:
 ENGLISH_WORD_WEIGHT = Fraction(3, 2)
 
 
+def gloss_language(text: str, pair: LanguagePair | str | None = None) -> str | None:
+    """The language of a response that names its answer in both languages, one glossing the other.
+
+    Such a response has exactly two runs of letters, one in each language of the pair, set apart by
+    punctuation or brackets: "黑海，Black Sea。", "坦桑尼亚（Tanzania）", "Black Sea (黑海)". Its language is
+    that of the first run; the second glosses it (the answer given first, then its name in the other
+    language). None for any other text: one language, more runs, or runs joined by nothing but spaces, as in
+    a sentence with an English term ("Python是一种语言"), which the weighted count of `dominant_language`
+    decides.
+    """
+    spec = _spec(pair)
+    runs: list[str] = []
+    last_end, gap_has_punctuation = 0, False
+    normalised = _width_and_script(text, spec)
+    for match in spec.letter_runs.finditer(normalised):
+        language = spec.matrix if match.lastgroup == "m" else spec.embedded
+        if runs and runs[-1] == language:
+            last_end = match.end()
+            continue
+        gap = normalised[last_end : match.start()]
+        if runs:  # a change of language: does punctuation or a bracket set the runs apart?
+            if len(runs) == 2:
+                return None
+            gap_has_punctuation = any(unicodedata.category(c)[0] in "PS" for c in gap)
+        runs.append(language)
+        last_end = match.end()
+    return runs[0] if len(runs) == 2 and gap_has_punctuation else None
+
+
 def dominant_language(text: str, pair: LanguagePair | str | None = None) -> str:
     """Dominant language: "zh", "en", "mixed" (exact tie) or "none" (no CJK characters, no English words).
 
-    Rule: compare C = number of CJK characters with 1.5 x W, W = number of English words as written
-    (`raw_english_word_count`); "zh" if C > 1.5 W, "en" if 1.5 W > C, "mixed" if equal and non-zero.
-    Numbers, punctuation and other scripts count for neither language.
+    Rule: an answer named in both languages, one glossing the other ("黑海，Black Sea。"), is in the
+    language of its first name (`gloss_language`). Otherwise compare C = number of CJK characters with
+    1.5 x W, W = number of English words as written (`raw_english_word_count`); "zh" if C > 1.5 W, "en"
+    if 1.5 W > C, "mixed" if equal and non-zero. Numbers, punctuation and other scripts count for neither
+    language.
 
     With a ``pair``: C = number of matrix tokens (`matrix_tokens`), the weight is the pair's
     ``embedded_word_weight`` (zh-en: 3/2), and the answer is the pair's matrix or embedded language code.
     """
     spec = _spec(pair)
+    glossed = gloss_language(text, pair)
+    if glossed is not None:
+        return glossed
     matrix_weight = len(matrix_tokens(text, pair))
     embedded_weight = spec.weight * raw_english_word_count(text)
     if matrix_weight == 0 and embedded_weight == 0:

@@ -15,7 +15,9 @@ across items outside that path (the cs-vs-en comparison) gathers its records wit
 from __future__ import annotations
 
 import atexit
+import logging
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -24,6 +26,9 @@ from typing import Any
 # A rank can wait at a barrier for as long as its peers generate (hours for a talker on 924 items):
 # the default 30 min timeout of torch.distributed would kill long runs.
 COLLECTIVE_TIMEOUT = timedelta(days=7)
+# How long a finished rank waits for the others at the end of a launch before it ends anyway (its work is
+# done: the wait only keeps the group's teardown away from a peer that is still writing results).
+END_OF_LAUNCH_TIMEOUT = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,30 @@ def _leave_group() -> None:
     dist = _torch_distributed()
     if dist is not None and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def end_of_launch(timeout: timedelta = END_OF_LAUNCH_TIMEOUT) -> None:
+    """End this process of a finished launch: wait until every rank is done (bounded), flush, and exit 0
+    without tearing down in C++. A rank that exits normally destroys torch's and gloo's objects at interpreter
+    shutdown, and that has aborted a rank whose work was done ('terminate called without an active
+    exception', rarely, even with the group left at exit), after which the launcher stops the others before
+    the first rank writes its results. Nothing is left to run: lm-eval has written its results. A no-op
+    outside a launch."""
+    if not _active():
+        return
+    import torch.distributed as dist
+
+    try:
+        dist.barrier(async_op=True).wait(timeout=timeout)
+    except RuntimeError:  # a peer ended or timed out: this rank's work is done either way
+        pass
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)
 
 
 def _group(rank: int, world_size: int) -> ProcessGroup:

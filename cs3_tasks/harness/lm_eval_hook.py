@@ -268,13 +268,49 @@ def patch_evaluator(evaluator_module) -> None:
     evaluator_module.simple_evaluate = simple_evaluate
 
 
+class MarkedValue(float):
+    """A metric value of a cs3 task that lacks verdicts: the number lm-eval keeps (results, JSON), with the
+    ``mark`` its printed table shows beside it, as the summary shows it ("incomplete: 20.0-80.0% (12
+    verdicts missing)"): a bare number would hide that the missing verdicts may all be wrong."""
+
+    mark: str
+
+    def __new__(cls, value: float, mark: str) -> MarkedValue:
+        marked = super().__new__(cls, value)
+        marked.mark = mark
+        return marked
+
+    def __reduce__(self):  # pickled (gathered across ranks) as what it is
+        return (MarkedValue, (float(self), self.mark))
+
+
+def marked_results(result_dict: dict, column: str) -> dict:
+    """A copy of ``result_dict`` whose marked values (`MarkedValue`) of ``column`` are text: ``0.4000
+    (incomplete: ...)``, which lm-eval's table prints as it is."""
+    rows = result_dict.get(column)
+    if not isinstance(rows, dict) or not any(
+        isinstance(v, MarkedValue) for row in rows.values() if isinstance(row, dict) for v in row.values()
+    ):
+        return result_dict
+    shown = {
+        task: {k: f"{v:.4f} ({v.mark})" if isinstance(v, MarkedValue) else v for k, v in row.items()}
+        if isinstance(row, dict)
+        else row
+        for task, row in rows.items()
+    }
+    return {**result_dict, column: shown}
+
+
 def patch_table(utils_module) -> None:
-    """lm-eval's printed results table ends with `scoring_line` when the results carry ``cs3``."""
+    """lm-eval's printed results table marks an incomplete value with its bounds (`MarkedValue`) and ends
+    with `scoring_line` when the results carry ``cs3``."""
     original = utils_module.make_table
     if getattr(original, "_cs3_patched", False):
         return
 
     def make_table(result_dict, column: str = "results", *args, **kwargs):
+        if isinstance(result_dict, dict):
+            result_dict = marked_results(result_dict, column)
         table = original(result_dict, column, *args, **kwargs)
         note = result_dict.get(RESULTS_KEY) if isinstance(result_dict, dict) else None
         if column == "results" and note:
@@ -298,11 +334,17 @@ def patch_cli(harness_module) -> None:
 
     def execute(self, args):
         try:
-            return original(self, args)
+            result = original(self, args)
         except Refusal as refusal:
             if os.environ.get("RANK", "0") == "0":
                 print(f"error: {refusal}", file=sys.stderr, flush=True)
             raise SystemExit(2) from None
+        # under a launcher: every rank ends together, without a C++ teardown (imported here: the start-up
+        # hook stays light for every Python process)
+        from cs3_tasks.harness.distributed import end_of_launch
+
+        end_of_launch()
+        return result
 
     execute._cs3_patched = True  # type: ignore[attr-defined]
     execute.__wrapped__ = original  # type: ignore[attr-defined]

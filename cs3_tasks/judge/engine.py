@@ -34,6 +34,7 @@ from cs3_tasks.core.chat_api import (
     post_chat,
     snippet,
 )
+from cs3_tasks.core.text import valid_text
 from cs3_tasks.judge.config import JudgeAuthError, JudgeConfig
 from cs3_tasks.judge.parsing import UnparseableReply
 from cs3_tasks.judge.redaction import redact, url_secrets
@@ -146,11 +147,13 @@ def chat_completion(
 
 def bounded_reply(raw: str, *secrets: str | None) -> tuple[str, str | None]:
     """The reply as kept, parsed, cached and recorded: credentials redacted (a server may echo the key;
-    ``secrets`` as in `redact`), at most MAX_REPLY_CHARS; and a note when it was cut."""
-    raw = redact(raw, *secrets)
+    ``secrets`` as in `redact`), at most MAX_REPLY_CHARS, valid Unicode (a lone surrogate, e.g. half an
+    emoji sent as "\\ud83d", becomes U+FFFD: `text.valid_text`); and a note when it was cut or repaired."""
+    raw, repaired = valid_text(redact(raw, *secrets), "judge reply")
     if len(raw) <= MAX_REPLY_CHARS:
-        return raw, None
-    return raw[:MAX_REPLY_CHARS], f"judge reply cut to its first {MAX_REPLY_CHARS} of {len(raw)} characters"
+        return raw, repaired
+    cut = f"judge reply cut to its first {MAX_REPLY_CHARS} of {len(raw)} characters"
+    return raw[:MAX_REPLY_CHARS], _join_notes(cut, repaired)
 
 
 def _join_notes(*notes: str | None) -> str | None:

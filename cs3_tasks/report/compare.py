@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from cs3_tasks.core.data import KNOWLEDGE_SETS
 from cs3_tasks.core.paired import correctness_by_qid, cs_en_drop, paired_difference
+from cs3_tasks.report.comparable import check_comparable
 from cs3_tasks.report.results import ModelResults
 from cs3_tasks.scoring.records import CHANNELS
 
@@ -83,12 +84,14 @@ def comparison_markdown(name_a: str, name_b: str, rows: list[dict]) -> str:
 
 
 def baseline_comparisons(results: Mapping[str, ModelResults], baseline: str) -> dict[str, list[dict]]:
-    """model -> `compare_systems(model, baseline)` for every model but the baseline."""
+    """model -> `compare_systems(model, baseline)` for every model but the baseline; NotComparable (a
+    ValueError) when a model was scored otherwise than the baseline (`comparable.check_comparable`)."""
     if baseline not in results:
         raise ValueError(f"--baseline {baseline!r} is not among the models: {', '.join(sorted(results))}")
-    return {
-        name: compare_systems(entry, results[baseline]) for name, entry in results.items() if name != baseline
-    }
+    others = {name: entry for name, entry in results.items() if name != baseline}
+    for entry in others.values():
+        check_comparable(results[baseline], entry)
+    return {name: compare_systems(entry, results[baseline]) for name, entry in others.items()}
 
 
 def baseline_notes(results: Mapping[str, ModelResults], baseline: str) -> list[str]:

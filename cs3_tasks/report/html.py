@@ -11,7 +11,6 @@ by ``cs3-bench demo`` and ``cs3-bench score --outputs-root``.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 from cs3_tasks.core import data
-from cs3_tasks.core.cache import atomic_write
+from cs3_tasks.core.cache import atomic_write, json_text
 from cs3_tasks.core.data import CATEGORIES, SETS, dataset_location
 from cs3_tasks.report import items, tables
 from cs3_tasks.report.compare import baseline_comparisons
@@ -128,8 +127,10 @@ def write_html_report(out: Path, result_dirs: Sequence[Path], settings: ReportSe
     results = load_results(result_dirs)
     out.mkdir(parents=True, exist_ok=True)
     data, notes = report_data(results, out, settings)
-    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    atomic_write(out / ITEMS_FILE, f"window.CS3_ITEMS={payload};\n")
+    payload = json_text(data, separators=(",", ":"), allow_nan=False)
+    # parsed as JSON, not as a JS object literal, in which a key "__proto__" (a Qid, a model name) would set
+    # the object's prototype instead of holding its item
+    atomic_write(out / ITEMS_FILE, f"window.CS3_ITEMS=JSON.parse({json_text(payload)});\n")
     index = out / "index.html"
     atomic_write(index, render_index(results, settings, notes))
     return index

@@ -9,17 +9,21 @@ are written once under ``audio/<set>/`` (`write_question_audio`), response clips
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from urllib.parse import quote
 
 from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.text import english_words
 
 # record keys the report does not show per item (identity shown elsewhere, or replaced by a url)
 NOT_SHOWN = frozenset({"set", "protocol", "audio"})
+# marked English words kept per item (the page shows 200): a 10 MB response has millions
+PSR_WORDS_KEPT = 1000
 AUDIO_SUFFIXES = {b"fLaC": ".flac", b"RIFF": ".wav", b"OggS": ".ogg", b"ID3": ".mp3"}
 
 
@@ -46,13 +50,27 @@ def item_row(record: Mapping, audio_url: str | None = None) -> dict:
     elif record.get("audio"):  # not on this machine (moved, shared results, in-memory audio): say so
         row["audio_label"] = str(record["audio"])
     if record.get("psr_total"):
-        row["psr_words"] = psr_words(record.get("text"), record.get("transcript"))
+        words = psr_words(record.get("text"), record.get("transcript"))
+        row["psr_words"] = words[:PSR_WORDS_KEPT]
+        if len(words) > PSR_WORDS_KEPT:
+            row["psr_words_total"] = len(words)
     return row
 
 
 def safe_name(name: str) -> str:
-    """A file name made of ``name`` (a Qid, a model name) in safe characters."""
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name).lstrip(".") or "_"
+    """A file name made of ``name`` (a Qid, a model name) in safe characters, distinct for distinct names: a
+    name that had to change ("a#b", "a?b", "name:x", "..") gets the start of its sha256 (two Qids must
+    never share one clip)."""
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name).lstrip(".")
+    if safe == name:
+        return safe
+    return f"{safe or '_'}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}"
+
+
+def url_of(path: Path, out: Path) -> str:
+    """The URL of a file of the report folder ``out``, relative to it and percent-encoded (a name with "#",
+    "?", "%", a space or a ":" before any "/" would otherwise be cut or read as a scheme)."""
+    return quote(Path(path).relative_to(out).as_posix())
 
 
 def place_response_audio(
@@ -77,7 +95,7 @@ def place_response_audio(
             os.link(source, target)
         except OSError:  # another file system, or links not allowed
             shutil.copyfile(source, target)
-    return target.relative_to(out).as_posix()
+    return url_of(target, out)
 
 
 def _same(a: Path, b: Path) -> bool:
@@ -124,5 +142,5 @@ def write_question_audio(rows: Mapping[str, dict], set_name: str, clips: Sequenc
             folder.mkdir(parents=True, exist_ok=True)
             atomic_write(path, data)
             written += 1
-        rows[qid]["audio_url"] = path.relative_to(out).as_posix()
+        rows[qid]["audio_url"] = url_of(path, out)
     return written

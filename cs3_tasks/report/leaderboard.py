@@ -18,8 +18,10 @@ from cs3_tasks.asr import describe_fingerprint
 from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.data import SETS
 from cs3_tasks.judge import is_dated_snapshot
+from cs3_tasks.scoring.cs_vs_en import compare_cs_en, gap_entry
+from cs3_tasks.scoring.formatting import incomplete_entry, is_incomplete
 from cs3_tasks.scoring.records import CHANNELS
-from cs3_tasks.scoring.summary import compare_cs_en, incomplete_entry, read_summary
+from cs3_tasks.scoring.summary import read_summary
 
 CS_SETS = ("knowledge", "open_ended")
 COLUMNS = (
@@ -126,7 +128,7 @@ def leaderboard_rows(models: Mapping[str, Mapping[str, dict]]) -> list[dict]:
         for ch in CHANNELS:
             row[f"acc_{ch}_cs"] = _value(((cs or {}).get(ch) or {}).get("accuracy"))
             row[f"acc_{ch}_en"] = _value(((en or {}).get(ch) or {}).get("accuracy"))
-            row.update(incomplete_cells(ch, cs, en))
+            row.update(incomplete_cells(ch, summaries, comparison))
             row[f"drop_{ch}"] = comparison[ch]["drop_abs"]
             row[f"preserve_{ch}"] = comparison[ch]["preserve"]
             row[f"lsa_{ch}"] = _pooled(summaries, "lsa", ch)
@@ -172,16 +174,42 @@ def judge_cells(summaries: Mapping[str, Mapping]) -> dict:
     }
 
 
-def incomplete_cells(ch: str, cs: Mapping | None, en: Mapping | None) -> dict:
-    """``acc_<ch>_<cs|en>_incomplete``: the bounds to show instead of the accuracy of a set that lacks
-    verdicts (a bare number would hide that the missing ones may all be wrong)."""
+def incomplete_cells(ch: str, summaries: Mapping[str, dict], comparison: Mapping) -> dict:
+    """``<column>_incomplete``: the bounds to show instead of a value that lacks verdicts (a bare number would
+    hide that the missing ones may all be wrong): the accuracies, the drop and preserve rate made of them,
+    the pooled LSA and the understanding rate."""
 
-    cells = {}
-    for suffix, summary in (("cs", cs), ("en", en)):
-        entry = ((summary or {}).get(ch) or {}).get("accuracy") or {}
-        if entry.get("complete") is False and entry.get("bounds"):
-            cells[f"acc_{ch}_{suffix}_incomplete"] = incomplete_entry(entry)
-    return cells
+    entries = {
+        f"acc_{ch}_cs": ((summaries.get("knowledge") or {}).get(ch) or {}).get("accuracy"),
+        f"acc_{ch}_en": ((summaries.get("knowledge_en") or {}).get(ch) or {}).get("accuracy"),
+        f"drop_{ch}": gap_entry(comparison[ch], "drop_abs"),
+        f"preserve_{ch}": gap_entry(comparison[ch], "preserve"),
+        f"lsa_{ch}": _pooled_lsa(summaries, ch),
+        f"understanding_{ch}": ((summaries.get("open_ended") or {}).get(ch) or {}).get("understanding_rate"),
+    }
+    return {
+        f"{column}_incomplete": incomplete_entry(entry, unit="" if column.startswith("drop") else "%")
+        for column, entry in entries.items()
+        if is_incomplete(entry)
+    }
+
+
+def _pooled_lsa(summaries: Mapping[str, dict], ch: str) -> dict | None:
+    """LSA pooled over the code-switched sets as an entry, with its bounds when items lack a language."""
+    hits = n = missing = 0
+    for set_name in CS_SETS:
+        entry = ((summaries.get(set_name) or {}).get(ch) or {}).get("lsa") or {}
+        hits, n = hits + (entry.get("hits") or 0), n + (entry.get("n") or 0)
+        missing += entry.get("n_missing_verdict") or 0
+    if not missing or n + missing == 0:
+        return None
+    bounds = [hits / (n + missing), (hits + missing) / (n + missing)]
+    return {
+        "value": hits / n if n else None,
+        "complete": False,
+        "bounds": bounds,
+        "n_missing_verdict": missing,
+    }
 
 
 def _cell(value: float | str | None) -> str:
@@ -244,11 +272,15 @@ def asr_lines(rows: Sequence[dict]) -> list[str]:
 
 
 def write_csv(path: Path, rows: Sequence[dict]) -> None:
+    """The leaderboard's numbers (fractions) and, in ``incomplete``, each value that lacks verdicts with its
+    bounds (``acc_speech_cs: incomplete: 20.0-80.0% (12 verdicts missing)``; empty when none does)."""
     handle = io.StringIO(newline="")
-    writer = csv.DictWriter(handle, fieldnames=list(COLUMNS))
+    writer = csv.DictWriter(handle, fieldnames=[*COLUMNS, "incomplete"])
     writer.writeheader()
     for row in rows:
-        writer.writerow({c: ("" if row[c] is None else row[c]) for c in COLUMNS})
+        cells = {c: ("" if row[c] is None else row[c]) for c in COLUMNS}
+        marks = [f"{c}: {row[f'{c}_incomplete']}" for c in COLUMNS if row.get(f"{c}_incomplete")]
+        writer.writerow({**cells, "incomplete": "; ".join(marks)})
     atomic_write(path, handle.getvalue())
 
 

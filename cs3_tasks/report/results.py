@@ -14,6 +14,8 @@ from pathlib import Path
 
 from cs3_tasks.core.data import KNOWLEDGE_SETS
 from cs3_tasks.report.leaderboard import duplicate_system, load_summaries
+from cs3_tasks.scoring.store import RecordsError
+from cs3_tasks.scoring.store import read_records as read_records_file
 
 
 @dataclass
@@ -24,31 +26,16 @@ class ModelResults:
     summaries: dict[str, dict] = field(default_factory=dict)  # set -> summary
     records: dict[str, list[dict]] = field(default_factory=dict)  # set -> records, in file order
     result_dirs: dict[str, Path] = field(default_factory=dict)  # set -> the dir it came from
-
-
-class RecordsError(ValueError):
-    """A records file that cannot be read; the message names the file and line."""
+    settings: dict[str, dict | None] = field(default_factory=dict)  # set -> its settings.json (None: none)
 
 
 def read_records(result_dir: Path, set_name: str) -> list[dict] | None:
-    """The records of one set in a result dir (last record of a Qid wins), or None when there is no file."""
+    """The records of one set in a result dir (the last record of a Qid, in the order Qids first appear; a
+    torn last line skipped and said, as the scorer reads it: `store.read_records`), or None without a file."""
     path = Path(result_dir) / f"{set_name}.records.jsonl"
     if not path.is_file():
         return None
-    by_qid: dict[str, dict] = {}
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise RecordsError(f"{path}:{number}: not a JSON record ({exc.msg})") from None
-            if not isinstance(record, dict) or "qid" not in record:
-                raise RecordsError(f"{path}:{number}: a record needs a 'qid'")
-            by_qid.pop(str(record["qid"]), None)  # re-insert: the order is that of the last write
-            by_qid[str(record["qid"])] = record
-    return list(by_qid.values())
+    return list(read_records_file(path).values())
 
 
 def result_dirs_in(paths: Sequence[Path]) -> list[Path]:
@@ -79,7 +66,24 @@ def load_results(result_dirs: Sequence[Path]) -> dict[str, ModelResults]:
                 entry.summaries[set_name] = summary
                 entry.records[set_name] = read_records(Path(result_dir), set_name) or []
                 entry.result_dirs[set_name] = Path(result_dir)
+                entry.settings[set_name] = read_settings(Path(result_dir), set_name, summary)
     return results
+
+
+def read_settings(result_dir: Path, set_name: str, summary: dict | None = None) -> dict | None:
+    """``<set>.settings.json`` of a result dir (what its records depend on), else the copy in its summary;
+    None when neither is there. RecordsError when the file is not a JSON object."""
+    path = Path(result_dir) / f"{set_name}.settings.json"
+    if not path.is_file():
+        found = (summary or {}).get("settings")
+        return found if isinstance(found, dict) else None
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RecordsError(f"{path}: not a JSON object ({exc})") from None
+    if not isinstance(settings, dict):
+        raise RecordsError(f"{path}: not a JSON object")
+    return settings
 
 
 def summaries_of(results: dict[str, ModelResults]) -> dict[str, dict[str, dict]]:

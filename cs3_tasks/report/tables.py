@@ -85,11 +85,23 @@ def cs_vs_en_table(results: Mapping[str, ModelResults]) -> str:
                 f'<td class="num" data-value="{drop["difference"]!r}">{points(drop["difference"])}</td>'
                 f"<td>[{points(drop['ci_low'])}, {points(drop['ci_high'])}]</td>"
                 f'<td class="num">{drop["mcnemar_p"]:.3g}</td><td class="num">{drop["n_discordant"]}</td>'
-                f'<td class="num">{drop["n"]}</td></tr>'
+                f"{_paired_cell(drop)}</tr>"
             )
     if not body:
         return "<p>No model has both knowledge sets scored.</p>"
     return f'<table id="cs-vs-en"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def _paired_cell(row: Mapping) -> str:
+    """The number of items paired; marked incomplete when items lack a verdict on a side (or a twin): the
+    accuracies and the drop of the row are over the paired items only."""
+    unpaired = (row.get("n_excluded") or 0) + (row.get("n_only_a") or 0) + (row.get("n_only_b") or 0)
+    if not unpaired:
+        return f'<td class="num">{row["n"]}</td>'
+    return (
+        f'<td class="num incomplete">{row["n"]} (incomplete: {unpaired} item{"" if unpaired == 1 else "s"} '
+        "without a verdict or a twin, not paired)</td>"
+    )
 
 
 def baseline_table(baseline: str, baseline_rows: Mapping[str, list[dict]]) -> str:

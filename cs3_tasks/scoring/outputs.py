@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cs3_tasks.core import text as text_module
 from cs3_tasks.core.audio import audio_file_problem
 from cs3_tasks.core.data import SETS, check_set
+from cs3_tasks.core.text import valid_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from cs3_tasks.core.audio import AudioSource
@@ -67,12 +67,8 @@ def audio_label(audio: Any, root: str | os.PathLike | None = None) -> str | None
 
 
 def repair_text(text: str) -> tuple[str, str | None]:
-    """``text`` made encodable (`text.valid_unicode`) and the problem to record when it was not."""
-
-    bad = text_module.lone_surrogates(text)
-    if not bad:
-        return text, None
-    return text_module.valid_unicode(text), f"text response has {bad} lone surrogates, replaced by U+FFFD"
+    """A text response made encodable (`text.valid_text`) and the problem to record when it was not."""
+    return valid_text(text, "text response")
 
 
 def failed_item(text: Any, error: str) -> tuple[str | None, str]:
@@ -309,12 +305,14 @@ def _parse_line(
     qid = row.get("Qid")
     if not isinstance(qid, str) or not qid.strip():
         return ModelOutput(f"<{where}>", None, None, f"no Qid in {where}")
-    qid = qid.strip()
-    problem = None
+    # a Qid that is not valid Unicode is recorded with U+FFFD (`valid_text`); its wav is the file it names
+    given_qid = qid.strip()
+    qid, problem = valid_text(given_qid, "Qid")
     text = row.get("Response") if authors_layout else row.get("text")
     failure = None if authors_layout else row.get("error")
     if failure:  # our wrappers' row of a failed item (`models.base`)
-        text, problem = failed_item(text, failure)
+        text, failed = failed_item(text, failure)
+        problem = join_problems(problem, failed)
     if text is not None and not isinstance(text, str):
         problem = join_problems(problem, f"text response is a {type(text).__name__}, not a string")
         text = None
@@ -328,9 +326,11 @@ def _parse_line(
         text, repair = repair_text(text)
         problem = join_problems(problem, repair)
     if authors_layout:
-        audio, audio_problem = _authors_wav(outputs_dir, set_name, qid)
+        audio, audio_problem = _authors_wav(outputs_dir, set_name, given_qid)
     else:
         audio, audio_problem = _our_audio(outputs_dir, row.get("audio"))
+        if isinstance(row.get("audio"), str):  # the record names the file with U+FFFD
+            problem = join_problems(problem, valid_text(row["audio"], "audio path")[1])
     return ModelOutput(qid, text, audio, join_problems(problem, audio_problem))
 
 

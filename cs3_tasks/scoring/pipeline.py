@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cs3_tasks.core.data import KNOWLEDGE_SETS, check_set
+from cs3_tasks.core.data import DOC_PROBLEM, KNOWLEDGE_SETS, check_set
 from cs3_tasks.scoring.outputs import (
     ModelOutput,
     audio_label,
@@ -174,7 +174,7 @@ def pair_outputs(
         known.add(qid)
         output = by_id.get(qid)
         problem = output.problem if output is not None else no_output_problem(noun)
-        records.append(blank(qid, doc, problem))
+        records.append(blank(qid, doc, join_problems(doc.get(DOC_PROBLEM), problem)))
         pairs.append((doc, output))
     for qid, output in by_id.items():
         if qid not in known:

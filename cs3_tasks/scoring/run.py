@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 from cs3_tasks import judge
 from cs3_tasks.core import data
 from cs3_tasks.core.data import SETS
+from cs3_tasks.core.text import valid_text
 from cs3_tasks.scoring import summary
 from cs3_tasks.scoring.outputs import (
     ModelOutput,
@@ -25,6 +27,7 @@ from cs3_tasks.scoring.records import judge_failures, judge_unparsed
 from cs3_tasks.scoring.settings import ScoringError, ScoringSettings
 from cs3_tasks.scoring.store import (
     SCORED_DOC_FIELDS,
+    RecordsError,
     RecordsFile,
     ResultDirBusy,
     SettingsMismatchError,
@@ -47,6 +50,8 @@ def file_system_error(exc: OSError) -> FileSystemError:
     as one line naming the path and the cause; what was written before it is kept."""
     path = exc.filename if exc.filename is not None else "a file"
     cause = exc.strerror or str(exc)
+    if exc.errno == errno.EEXIST and exc.filename is not None and Path(exc.filename).is_file():
+        cause = "a file is there, where a folder is needed"  # mkdir's bare "File exists"
     hint = ""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
         hint = " (what was scored before is kept: fix it and re-run to resume)"
@@ -69,7 +74,18 @@ class ScoreJob:
 
     @property
     def model(self) -> str:
+        """The model's name as results write it: a name that is not valid Unicode (a folder name that is not
+        UTF-8) has U+FFFD for each undecodable byte (`text.valid_text`; `model_note` says so)."""
+        return valid_text(self.given_model)[0]
+
+    @property
+    def given_model(self) -> str:
         return self.model_name or Path(self.outputs).resolve().name
+
+    @property
+    def model_note(self) -> str | None:
+        """What was replaced in the model's name (None: nothing)."""
+        return valid_text(self.given_model, "the model name (its outputs folder's name)")[1]
 
     def identity(self) -> dict:
         """The scored system as <set>.settings.json records it (`store.IDENTITY_KEYS`): its name, never a
@@ -100,6 +116,8 @@ def score_outputs(job: ScoreJob, settings: ScoringSettings, held, *, echo: bool 
             )
     else:
         set_names = [job.set_name]
+    if echo and job.model_note:
+        print(f"note: {job.model_note}: {job.model}", file=sys.stderr)
     out = Path(job.out)
     locked: list[bool] = []
 
@@ -214,6 +232,8 @@ def _run_set(
         store.open(settings, restart=job.restart, outputs=job.outputs)
     except (SettingsMismatchError, ResultDirBusy) as exc:
         raise ScoringError(str(exc)) from exc
+    except RecordsError as exc:  # a line that is not a record, not a torn last one: never guessed over
+        raise ScoringError(f"{exc}: fix or remove the line, or --restart") from exc
 
     def score(pending_docs: list[Mapping], pending_outputs: list[ModelOutput], append) -> None:
         score_batch(

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from cs3_tasks.core.audio import AudioError, content_hash
-from cs3_tasks.core.cache import atomic_write, stable_key
+from cs3_tasks.core.cache import atomic_write, json_text, stable_key
 from cs3_tasks.scoring.outputs import (
     ModelOutput,
     audio_label,
@@ -128,19 +128,39 @@ def comparable_settings(settings: Mapping) -> dict:
     return {k: v for k, v in settings.items() if k not in INFORMATIONAL_KEYS}
 
 
+class RecordsError(ValueError):
+    """A records file that cannot be read; the message names the file and line."""
+
+
 def read_records(path: Path) -> dict[str, dict]:
-    """The latest record per Qid in a records file; a torn last line (killed mid-write) is ignored."""
+    """The latest record per Qid in a records file (in the order Qids first appear), read the same way by the
+    scorer, its resume, reports and comparisons: a torn last line (a run killed while writing it: no newline
+    at its end) is skipped, with a note on stderr (a re-run scores that item again); any other line that is
+    not a JSON record with a "qid" is a RecordsError naming the file and line."""
     records: dict[str, dict] = {}
-    if not Path(path).is_file():
+    path = Path(path)
+    if not path.is_file():
         return records
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and "qid" in record:
-                records[record["qid"]] = record
+    content = path.read_text(encoding="utf-8", errors="surrogateescape")
+    lines = content.splitlines()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            if number == len(lines) and not content.endswith("\n"):
+                print(
+                    f"note: {path}: the last line (line {number}) is torn, as a run killed while writing it "
+                    "leaves it: skipped (a re-run scores that item again)",
+                    file=sys.stderr,
+                )
+                break
+            cause = getattr(exc, "msg", None) or type(exc).__name__
+            raise RecordsError(f"{path}:{number}: not a JSON record ({cause})") from None
+        if not isinstance(record, dict) or not isinstance(record.get("qid"), str):
+            raise RecordsError(f"{path}:{number}: a record needs a 'qid'")
+        records[record["qid"]] = record
     return records
 
 
@@ -205,23 +225,24 @@ def settings_difference(previous: Mapping, current: Mapping) -> str:
     """The fields whose values differ, each as ``field: old -> new``; a nested field is named by its path
     (``asr.engine.ctranslate2: '4.6.0' -> '4.8.5'``). Informational keys are left out; settings hold no
     secret."""
-    old, new = _flatten(comparable_settings(previous)), _flatten(comparable_settings(current))
+    old, new = flat_settings(comparable_settings(previous)), flat_settings(comparable_settings(current))
     keys = [k for k in dict.fromkeys([*old, *new]) if old.get(k) != new.get(k)]
     return "; ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys)
 
 
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+def flat_settings(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Settings as one level: a nested field under its dotted path (``asr.engine.ctranslate2``)."""
     if isinstance(value, Mapping) and value:
         flat: dict[str, Any] = {}
         for key, item in value.items():
-            flat.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+            flat.update(flat_settings(item, f"{prefix}.{key}" if prefix else str(key)))
         return flat
     return {prefix: value}
 
 
 def _write_records(path: Path, records: Iterable[dict]) -> None:
 
-    atomic_write(path, "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records))
+    atomic_write(path, "".join(json_text(record) + "\n" for record in records))
 
 
 class RecordsFile:
@@ -245,6 +266,7 @@ class RecordsFile:
         """The finished records (none with ``restart``); SettingsMismatchError if made otherwise (other
         settings, another system, another ``outputs`` folder on this machine)."""
 
+        settings = json.loads(json_text(settings))  # compared as written (text made valid, `json_text`)
         self.out.mkdir(parents=True, exist_ok=True)
         if not restart and any(k in settings for k in IDENTITY_KEYS):
             check_same_system(self.out, settings, outputs)
@@ -262,7 +284,7 @@ class RecordsFile:
                     f"{self.path} was made with other settings ({settings_difference(previous, settings)}). "
                     "Use --restart (ASR and judge caches keep it cheap) or another --out."
                 )
-        atomic_write(self.settings_path, json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
+        atomic_write(self.settings_path, json_text(settings, indent=2) + "\n")
         if outputs is not None:
             write_local_outputs(self.out, outputs)
         self.done = read_records(self.path)
@@ -291,7 +313,7 @@ class RecordsFile:
         with open(self.path, "a", encoding="utf-8") as handle:
 
             def append(record: dict) -> None:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+                handle.write(json_text(record) + "\n")
                 handle.flush()
                 self.done[record["qid"]] = record
 

@@ -19,6 +19,8 @@ from cs3_tasks.core import metrics
 from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.data import KNOWLEDGE_SETS, check_set
 from cs3_tasks.judge import is_dated_snapshot, redact, undated_judge_note
+from cs3_tasks.scoring.cs_vs_en import GAP_KEYS, compare_cs_en, gap_entry
+from cs3_tasks.scoring.formatting import format_entry
 from cs3_tasks.scoring.protocols import Protocol, protocol_for
 from cs3_tasks.scoring.records import (
     ASPECTS,
@@ -234,73 +236,8 @@ def add_comparability(summary: dict, settings: Mapping) -> dict:
     return summary
 
 
-def _accuracy(summary: Mapping | None, ch: str, category: str | None = None) -> float | None:
-    channel = (summary or {}).get(ch)
-    if not channel or "accuracy" not in channel:
-        return None
-    entry = channel["accuracy"] if category is None else channel["by_category"].get(category, {})
-    return entry.get("value")
-
-
-def _gap(acc_cs: float | None, acc_en: float | None) -> dict:
-
-    drop = metrics.accuracy_drop(acc_cs, acc_en)
-    return {
-        "acc_cs": acc_cs,
-        "acc_en": acc_en,
-        "drop_abs": drop["absolute"],
-        "drop_rel": drop["relative"],
-        "preserve": drop["preserve_rate"],
-    }
-
-
-def compare_cs_en(cs_summary: Mapping, en_summary: Mapping) -> dict:
-    """Code-switched vs English knowledge accuracy, per channel and per category.
-
-    drop_abs = acc_en - acc_cs; drop_rel = drop_abs / acc_en; preserve = acc_cs / acc_en (None when
-    acc_en is 0 or a channel is not applicable).
-    """
-    comparison: dict[str, Any] = {}
-    for ch in CHANNELS:
-        entry = _gap(_accuracy(cs_summary, ch), _accuracy(en_summary, ch))
-        categories = sorted(
-            set((cs_summary.get(ch) or {}).get("by_category", {}))
-            | set((en_summary.get(ch) or {}).get("by_category", {}))
-        )
-        entry["by_category"] = {
-            c: _gap(_accuracy(cs_summary, ch, c), _accuracy(en_summary, ch, c)) for c in categories
-        }
-        comparison[ch] = entry
-    return comparison
-
-
 # ---------------------------------------------------------------------------------------------
 # markdown
-
-
-def format_entry(entry: Mapping | None, percent: bool = True) -> str:
-    """``value [ci_low, ci_high]`` of a metric entry, in % or with 3 decimals; "n/a" without a value."""
-    if entry and entry.get("complete") is False and entry.get("bounds"):
-        return incomplete_entry(entry, percent)
-    if not entry or entry.get("value") is None:
-        return "n/a"
-    value = entry["value"]
-    ci = (entry["ci_low"], entry["ci_high"]) if entry.get("ci_low") is not None else None
-    if percent:
-        text = f"{100 * value:.1f}%"
-        return text + (f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else "")
-    return f"{value:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
-
-
-def incomplete_entry(entry: Mapping, percent: bool = True) -> str:
-    """A rate that lacks verdicts, shown as its bounds (all missing wrong .. all missing right)."""
-    low, high = entry["bounds"]
-    if percent:
-        span = f"{100 * low:.1f}-{100 * high:.1f}%"
-    else:
-        span = f"{low:.3f}-{high:.3f}"
-    n = entry["n_missing_verdict"]
-    return f"incomplete: {span} ({n} verdict{'' if n == 1 else 's'} missing)"
 
 
 def summary_markdown(summary: Mapping) -> str:
@@ -396,11 +333,7 @@ def summary_markdown(summary: Mapping) -> str:
             "| --- | --- | --- | --- | --- | --- |",
         ]
         for ch in CHANNELS:
-            c = comparison[ch]
-            cells = [
-                format_entry({"value": c[k]})
-                for k in ("acc_cs", "acc_en", "drop_abs", "drop_rel", "preserve")
-            ]
+            cells = [format_entry(gap_entry(comparison[ch], k)) for k in GAP_KEYS]
             lines.append(f"| {ch} | " + " | ".join(cells) + " |")
     lines += settings_lines(summary)
     return "\n".join(lines) + "\n"

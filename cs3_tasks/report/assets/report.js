@@ -1,9 +1,14 @@
 // The item views of the CS3-Bench report. Data: window.CS3_ITEMS (items.js), loaded after the first paint so
-// the leaderboard shows at once. Every value goes in as text (never as HTML): responses are untrusted.
+// the leaderboard shows at once. Every value goes in as text (never as HTML): responses are untrusted. Any
+// string is a valid Qid or model name ("constructor", "__proto__", ...): what data names is looked up in Maps
+// (Q, A, indexes), never as a property of a plain object.
 "use strict";
 (function () {
-  var PAGE = 50, D = null;
-  var MARK = { true: ["✓", "ok"], false: ["✗", "bad"] };
+  var PAGE = 50, D = null, Q = null, A = null;
+  // a cell shows at most SHOWN characters of a text and WORDS marked words; the rest is a click away (a 10 MB
+  // response took 43 s to draw)
+  var SHOWN = 2000, WORDS = 200;
+  var MARK = new Map([[true, ["✓", "ok"]], [false, ["✗", "bad"]]]);
 
   function el(tag, attrs) {
     var node = document.createElement(tag);
@@ -16,15 +21,51 @@
     return node;
   }
   function $(id) { return document.getElementById(id); }
-  function mark(v) { var m = MARK[v]; return m ? el("span", { class: m[1] }, m[0]) : el("span", { class: "none" }, "–"); }
-  function player(url) { return url ? el("audio", { controls: "", preload: "none", src: url }) : null; }
+  function mark(v) { var m = MARK.get(v); return m ? el("span", { class: m[1] }, m[0]) : el("span", { class: "none" }, "–"); }
+  // a player that says so when its file does not load (it is fetched on play: preload none)
+  function player(url) {
+    if (!url) return null;
+    var audio = el("audio", { controls: "", preload: "none", src: url });
+    audio.addEventListener("error", function () {
+      audio.replaceWith(el("div", { class: "problem" }, "audio missing: " + decodeURI(url) + " could not be played"));
+    });
+    return audio;
+  }
+  // a response's player, or why there is none
+  function responsePlayer(it) {
+    if (it.audio_url) return player(it.audio_url);
+    if (it.audio_label) return el("div", { class: "problem" }, "audio missing: " + it.audio_label + " is not on this machine");
+    if (!it.transcript) return el("div", { class: "problem" }, "audio missing" + (it.problem ? ": " + short(it.problem) : " (no spoken response)"));
+    return null;
+  }
+  // at most SHOWN characters of a text, and a link to the whole of it as a plain-text page (drawn in a table
+  // cell, a 10 MB text takes the browser minutes; its own tab shows it at once)
+  function bounded(text) {
+    text = text === undefined || text === null ? "" : String(text);
+    if (text.length <= SHOWN) return document.createTextNode(text);
+    return el("span", { class: "bounded" }, text.slice(0, SHOWN) + "… ", fullText(text, "full text (" + text.length + " characters)"));
+  }
+  function fullText(text, label) {
+    var link = el("a", { class: "more", href: "#", target: "_blank", rel: "noopener" }, label);
+    link.addEventListener("click", function () {  // the page is made on the first click only
+      if (link.getAttribute("href") === "#") link.href = URL.createObjectURL(new Blob([text], { type: "text/plain;charset=utf-8" }));
+    });
+    return link;
+  }
+  function short(text) { text = text || ""; return text.length <= SHOWN ? text : text.slice(0, SHOWN) + "…"; }
+  function toMap(object, value) {
+    var map = new Map();
+    Object.keys(object || {}).forEach(function (k) { map.set(k, value ? value(object[k]) : object[k]); });
+    return map;
+  }
   function options(select, values, keep) {
     if (!keep) select.textContent = "";
     values.forEach(function (v) { select.appendChild(el("option", { value: v }, v)); });
   }
-  function question(set, qid) { return ((D.questions[set] || {})[qid]) || {}; }
+  function question(set, qid) { return (Q.get(set) || new Map()).get(qid) || {}; }
+  function rowsOf(model, set) { return (A.get(model) || new Map()).get(set) || []; }
   function answers(q) { return Object.keys(q.answers || {}).map(function (k) { return q.answers[k]; }).join(" / "); }
-  function raw(label, text) { return text ? el("details", { class: "raw" }, el("summary", {}, label), el("pre", {}, text)) : null; }
+  function raw(label, text) { return text ? el("details", { class: "raw" }, el("summary", {}, label), el("pre", {}, bounded(text))) : null; }
 
   function verdictCell(it, ch, set) {
     var td = el("td", {}, mark(it[ch + "_correct"]), " ", el("span", { class: "small" }, it[ch + "_status"] || ""));
@@ -42,10 +83,15 @@
     return td;
   }
   function psrCell(it) {
-    var td = el("td", {});
-    (it.psr_words || []).forEach(function (w) {
+    var td = el("td", {}), words = it.psr_words || [];
+    words.slice(0, WORDS).forEach(function (w) {
       td.appendChild(el("span", { class: w[1] ? "w-heard" : "w-missed", title: w[1] ? "heard" : "missed" }, w[0]));
     });
+    if (words.length > WORDS) {
+      var total = it.psr_words_total || words.length, list = words.map(function (w) { return w[0] + (w[1] ? "  heard" : "  missed"); });
+      if (total > words.length) list.push("… and " + (total - words.length) + " more words, not kept in the report");
+      td.appendChild(el("div", {}, fullText(list.join("\n"), "the first " + words.length + " of " + total + " words")));
+    }
     if (it.psr_total) td.appendChild(el("div", { class: "small" }, it.psr_recognised + "/" + it.psr_total + " heard"));
     return td;
   }
@@ -128,23 +174,22 @@
       { title: "category", key: function (it) { return it.category || ""; }, cell: function (it) { return el("td", {}, it.category || ""); } },
       { title: "question", key: null, cell: qcell },
       { title: "expected", key: null, cell: function (it) { return el("td", {}, answers(question(set, it.qid))); } },
-      { title: "text response", key: null, cell: function (it) { return el("td", {}, it.text || ""); } },
+      { title: "text response", key: null, cell: function (it) { return el("td", {}, bounded(it.text)); } },
       { title: "spoken response / transcript", key: null, cell: function (it) {
-        return el("td", {}, player(it.audio_url), it.audio_label ? el("div", { class: "problem" }, "audio not here: " + it.audio_label) : null,
-          el("div", {}, it.transcript || "")); } },
+        return el("td", {}, responsePlayer(it), el("div", {}, bounded(it.transcript))); } },
       { title: "text verdict", key: function (it) { return it.text_status || ""; }, cell: function (it) { return verdictCell(it, "text", set); } },
       { title: "speech verdict", key: function (it) { return it.speech_status || ""; }, cell: function (it) { return verdictCell(it, "speech", set); } },
       { title: "PSR (English words heard / missed)", key: function (it) { return it.psr_total ? it.psr_recognised / it.psr_total : -1; }, cell: psrCell },
       { title: "LSA", key: null, cell: lsaCell },
       { title: "problems", key: function (it) { return problems(it).length; }, cell: function (it) {
-        return el("td", {}, problems(it).map(function (p) { return el("div", { class: "problem" }, p); }).reduce(function (f, n) { f.appendChild(n); return f; }, document.createDocumentFragment())); } },
+        return el("td", {}, problems(it).map(function (p) { return el("div", { class: "problem" }, bounded(p)); }).reduce(function (f, n) { f.appendChild(n); return f; }, document.createDocumentFragment())); } },
     ];
   }
 
   var views = {};
   function itemsView() {
     var model = $("items-model").value, set = $("items-set").value;
-    var all = ((D.answers[model] || {})[set]) || [];
+    var all = rowsOf(model, set);
     if (!views.items || views.items.set !== set) { views.items = new Table("items", itemColumns(set)); views.items.set = set; }
     var f = FILTERS[$("items-filter").value], cat = $("items-category").value, st = $("items-status").value;
     var needle = $("items-search").value.trim().toLowerCase();
@@ -157,14 +202,14 @@
     var q = question(set, (it || {}).qid);
     if (!it) return el("td", { class: "none" }, "not scored");
     return el("td", {}, el("div", {}, q.question || ""), player(q.audio_url), el("div", { class: "small" }, "text ", mark(it.text_correct), " speech ", mark(it.speech_correct)),
-      el("div", {}, it.text || ""), player(it.audio_url), el("div", { class: "small" }, it.transcript || ""));
+      el("div", {}, bounded(it.text)), responsePlayer(it), el("div", { class: "small" }, bounded(it.transcript)));
   }
   function pairsView() {
-    var model = D.answers[$("pairs-model").value] || {}, index = {}, rows = [];
+    var model = $("pairs-model").value, index = new Map(), rows = [];
     ["knowledge", "knowledge_en"].forEach(function (set, k) {
-      (model[set] || []).forEach(function (it) {
-        if (!index[it.qid]) { index[it.qid] = { qid: it.qid, category: it.category }; rows.push(index[it.qid]); }
-        index[it.qid][k ? "en" : "cs"] = it;
+      rowsOf(model, set).forEach(function (it) {
+        if (!index.has(it.qid)) { index.set(it.qid, { qid: it.qid, category: it.category }); rows.push(index.get(it.qid)); }
+        index.get(it.qid)[k ? "en" : "cs"] = it;
       });
     });
     if (!views.pairs) views.pairs = new Table("pairs", [
@@ -179,25 +224,25 @@
     }), rows.length);
   }
   function modelsView() {
-    var set = $("models-set").value, index = {}, rows = [];
+    var set = $("models-set").value, index = new Map(), rows = [];
     D.models.forEach(function (m) {
-      ((D.answers[m] || {})[set] || []).forEach(function (it) {
-        if (!index[it.qid]) { index[it.qid] = { qid: it.qid, by: {} }; rows.push(index[it.qid]); }
-        index[it.qid].by[m] = it;
+      rowsOf(m, set).forEach(function (it) {
+        if (!index.has(it.qid)) { index.set(it.qid, { qid: it.qid, by: new Map() }); rows.push(index.get(it.qid)); }
+        index.get(it.qid).by.set(m, it);
       });
     });
     var columns = [{ title: "Qid", key: function (r) { return r.qid; }, cell: function (r) { return el("td", {}, r.qid); } },
       { title: "question", key: null, cell: function (r) { return el("td", {}, question(set, r.qid).question || ""); } }];
     D.models.forEach(function (m) {
-      columns.push({ title: m, key: function (r) { var it = r.by[m] || {}; return (it.text_correct ? 2 : 0) + (it.speech_correct ? 1 : 0); }, cell: function (r) {
-        var it = r.by[m]; if (!it) return el("td", { class: "none" }, "–");
-        return el("td", { title: (it.text || "") + "\n— heard: " + (it.transcript || "") }, "text ", mark(it.text_correct), " speech ", mark(it.speech_correct)); } });
+      columns.push({ title: m, key: function (r) { var it = r.by.get(m) || {}; return (it.text_correct ? 2 : 0) + (it.speech_correct ? 1 : 0); }, cell: function (r) {
+        var it = r.by.get(m); if (!it) return el("td", { class: "none" }, "–");
+        return el("td", { title: short(it.text) + "\n— heard: " + short(it.transcript) }, "text ", mark(it.text_correct), " speech ", mark(it.speech_correct)); } });
     });
     views.models = new Table("models", columns);
     var disagree = $("models-filter").value === "disagree", needle = $("models-search").value.trim().toLowerCase();
     views.models.show(rows.filter(function (r) {
-      var seen = {}; D.models.forEach(function (m) { var it = r.by[m] || {}; seen[it.text_correct + "/" + it.speech_correct] = 1; });
-      return (!disagree || Object.keys(seen).length > 1) && (!needle || (r.qid + "\n" + (question(set, r.qid).question || "")).toLowerCase().indexOf(needle) >= 0);
+      var seen = new Set(); D.models.forEach(function (m) { var it = r.by.get(m) || {}; seen.add(it.text_correct + "/" + it.speech_correct); });
+      return (!disagree || seen.size > 1) && (!needle || (r.qid + "\n" + (question(set, r.qid).question || "")).toLowerCase().indexOf(needle) >= 0);
     }), rows.length);
   }
 
@@ -210,9 +255,11 @@
   function wire(ids, draw) { ids.forEach(function (id) { $(id).addEventListener(id.indexOf("search") > 0 ? "input" : "change", draw); }); draw(); }
   function init() {
     D = window.CS3_ITEMS;
+    Q = toMap(D.questions, function (bySet) { return toMap(bySet); });
+    A = toMap(D.answers, function (bySet) { return toMap(bySet); });
     // open-ended items have no right/wrong: "understood" (relevance > 3) stands for it in marks and filters
     D.models.forEach(function (m) {
-      ((D.answers[m] || {}).open_ended || []).forEach(function (it) {
+      rowsOf(m, "open_ended").forEach(function (it) {
         D.channels.forEach(function (ch) { if (it[ch + "_correct"] === undefined) it[ch + "_correct"] = it[ch + "_understood"]; });
       });
     });
