@@ -9,8 +9,9 @@ transformers checkpoint (cs3_tasks.asr.convert). Over the demo's response clips 
 is the reference) and every n-th BELLE-eval-S2S question (its text is the reference): how many transcripts
 are identical, the corpus CER of each, seconds per clip, and the transformers pipeline batched (``--batch``)
 against one clip at a time. Then the demo is scored with each ASR (``cs3-bench score --outputs-root``,
-keyword stage) and the speech accuracy, PSR and LSA of each system are printed side by side (skipped with
-``--no-scoring``: the authors' pipeline takes minutes on the demo's 120 clips).
+keyword stage): the speech accuracy, PSR and LSA of each system side by side, then each system's sensitivity
+view (``cs3-bench compare``: transcripts that differ, flipped verdicts, kappa, McNemar); skipped with
+``--no-scoring`` (the authors' pipeline takes minutes on the demo's 120 clips).
 """
 
 from __future__ import annotations
@@ -146,12 +147,21 @@ def main() -> int:
             "ours": scored(None, Path(folder) / "ours"),
             "authors'": scored("transformers", Path(folder) / "t"),
         }
-    print("\n| demo system | ASR | acc speech cs | acc speech en | PSR | LSA speech |")
-    print("| --- | --- | ---: | ---: | ---: | ---: |")
-    for model in ("demo-strong", "demo-weak"):
-        for asr_name, by_model in rows.items():
-            cells = " | ".join(percent(v) for v in by_model[model].values())
-            print(f"| {model} | {asr_name} | {cells} |")
+        print("\n| demo system | ASR | acc speech cs | acc speech en | PSR | LSA speech |")
+        print("| --- | --- | ---: | ---: | ---: | ---: |")
+        for model in ("demo-strong", "demo-weak"):
+            for asr_name, by_model in rows.items():
+                cells = " | ".join(percent(v) for v in by_model[model].values())
+                print(f"| {model} | {asr_name} | {cells} |")
+        for model in ("demo-strong", "demo-weak"):  # the sensitivity view of each system's two scorings
+            runs = [str(Path(folder) / arm / model) for arm in ("ours", "t")]
+            view = subprocess.run(
+                [sys.executable, "-m", "cs3_tasks.cli", "compare", *runs],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            print(f"\n{model}: cs3-bench compare (A: ours, B: the authors' decoding)\n{view.stdout}", end="")
     return 0
 
 

@@ -224,13 +224,16 @@ def test_report_sensitivity_lists_the_items_with_audio(asr_runs, tmp_path, capsy
 def test_the_judges_prompts_follow_the_judge():
     """The reference protocol reads its judge prompts only for a judge: no judge vs a judge differs in the
     judge, not in the protocol; two judges with other scripts do differ in the protocol's scripts."""
-    from cs3_tasks.report.sensitivity import differing_fields
+    from cs3_tasks.report.comparable import settings_differences
+
+    def kinds(old: dict, new: dict) -> dict[str, str]:
+        return {d.field.split(".")[0]: d.kind for d in settings_differences("knowledge", old, new)}
 
     scripts = {"pinned": True, "sha256": {"cs_knowledge.py": "a"}}
     none = {"protocol": "reference", "judge": None, "reference_scripts": None, "dataset_sha256": "d"}
     judged = {**none, "judge": {"model": "qwen-max-2025-01-25"}, "reference_scripts": scripts}
-    assert differing_fields(none, judged) == ["judge"]
+    assert kinds(none, judged) == {"judge": "judge", "reference_scripts": "judge"}
     other = {**judged, "reference_scripts": {**scripts, "pinned": False}}
-    assert differing_fields(judged, other) == ["reference_scripts"]
+    assert kinds(judged, other) == {"reference_scripts": "scoring"}
     older = {k: v for k, v in judged.items() if k != "dataset_sha256"}  # a run from before the field
-    assert differing_fields(older, judged) == []
+    assert kinds(older, judged) == {}

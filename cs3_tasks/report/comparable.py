@@ -1,12 +1,16 @@
 """Whether two scored runs can be compared item by item (``cs3-bench compare``, ``report --baseline``).
 
-Two runs are comparable when every setting their ``<set>.settings.json`` records is the same, except the keys
-that name the scored system (`SYSTEM_KEYS`), which are expected to differ, the keys that only say where a run
-ran (`store.INFORMATIONAL_KEYS`) and flags derived from other settings (`DERIVED_KEYS`). The check is generic:
-a setting added to settings.json later counts without a change here. Each difference has a kind: "asr" or
-"judge" (which ASR heard the speech, which judge gave the verdicts: `MEASUREMENT_KEYS`) or "scoring" (anything
-else: the dataset, the protocol, the authors' scripts, ...). Runs that differ only in the ASR or the judge are
-a sensitivity question rather than a comparison of systems (`measurement_only`); they are refused too for now.
+The one home of "how two runs' settings differ" (`run_differences`), for compare, report --baseline and the
+sensitivity view. Two runs are comparable when every setting their ``<set>.settings.json`` records is the
+same, except the keys that name the scored system (`SYSTEM_KEYS`), which are expected to differ, the keys that
+only say where a run ran (`store.INFORMATIONAL_KEYS`) and flags derived from other settings (`DERIVED_KEYS`).
+The check is generic: a setting added to settings.json later counts without a change here, unless it is one of
+`store.ADDED_SETTINGS` and a run from before it lacks it (as a resume reads it). Each difference has a kind:
+"asr" or "judge" (which ASR heard the speech, which judge gave the verdicts: `MEASUREMENT_KEYS`; the reference
+protocol's scripts, read only for its judge, count as the judge's when one run has none) or "scoring"
+(anything else: the dataset, the protocol, the authors' scripts, ...). Two systems are compared only when
+nothing differs (`check_comparable`); one system's outputs scored twice with other ASR or judge settings is
+the sensitivity view (report/sensitivity.py).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cs3_tasks.report.results import ModelResults
-from cs3_tasks.scoring.store import INFORMATIONAL_KEYS, flat_settings
+from cs3_tasks.scoring.store import ADDED_SETTINGS, INFORMATIONAL_KEYS, flat_settings
 
 # name the scored system: two systems differ in them by definition
 SYSTEM_KEYS = ("model", "outputs")
@@ -25,6 +29,8 @@ MEASUREMENT_KEYS = {"asr": "asr", "asr_language": "asr", "judge": "judge"}
 # flags computed from other settings (the reference protocol's comparability with the paper): never compared,
 # what they follow from is
 DERIVED_KEYS = ("judge_is_reference", "asr_is_reference", "comparable_to_paper")
+# the authors' scripts the reference judge's prompts are read from: named only by a run with a judge
+JUDGE_PROMPTS = "reference_scripts"
 SCORING = "scoring"
 MISSING = "<no settings.json>"
 # a refusal names at most this many fields (then "and N more")
@@ -41,8 +47,13 @@ class SettingDifference:
     new: Any
     kind: str  # SCORING or a value of MEASUREMENT_KEYS
 
+    @property
+    def change(self) -> str:
+        """``field: old -> new``, without the set."""
+        return f"{self.field}: {_shown(self.old)} -> {_shown(self.new)}"
+
     def __str__(self) -> str:
-        return f"{self.set_name} {self.field}: {_shown(self.old)} -> {_shown(self.new)}"
+        return f"{self.set_name} {self.change}"
 
 
 class NotComparable(ValueError):
@@ -69,9 +80,14 @@ def _compared(settings: Mapping) -> dict[str, Any]:
     return flat_settings({k: v for k, v in settings.items() if k not in ignored})
 
 
-def kind_of(field: str) -> str:
-    """The kind of a difference in ``field`` (a dotted path): "asr", "judge" or SCORING."""
-    return MEASUREMENT_KEYS.get(field.split(".", 1)[0], SCORING)
+def kind_of(field: str, old: Mapping | None = None, new: Mapping | None = None) -> str:
+    """The kind of a difference in ``field`` (a dotted path): "asr", "judge" or SCORING. The reference
+    protocol's scripts differ as the judge's when one of the runs (settings ``old``, ``new``) had no judge:
+    without one they are not read."""
+    top = field.split(".", 1)[0]
+    if top == JUDGE_PROMPTS and any(run is not None and run.get("judge") is None for run in (old, new)):
+        return "judge"
+    return MEASUREMENT_KEYS.get(top, SCORING)
 
 
 def settings_differences(set_name: str, old: Mapping | None, new: Mapping | None) -> list[SettingDifference]:
@@ -80,10 +96,11 @@ def settings_differences(set_name: str, old: Mapping | None, new: Mapping | None
         recorded = ["recorded" if side is not None else MISSING for side in (old, new)]
         return [SettingDifference(set_name, "settings", *recorded, SCORING)]
     a, b = _compared(old), _compared(new)
+    added = {k for k in ADDED_SETTINGS if (k in old) != (k in new)}  # a run from before the field
     return [
-        SettingDifference(set_name, key, a.get(key), b.get(key), kind_of(key))
+        SettingDifference(set_name, key, a.get(key), b.get(key), kind_of(key, old, new))
         for key in dict.fromkeys([*a, *b])
-        if a.get(key) != b.get(key)
+        if a.get(key) != b.get(key) and key.split(".", 1)[0] not in added
     ]
 
 
@@ -102,9 +119,14 @@ def measurement_only(differences: Sequence[SettingDifference]) -> bool:
     return bool(differences) and difference_kinds(differences) <= set(MEASUREMENT_KEYS.values())
 
 
+def changes(differences: Sequence[SettingDifference]) -> list[str]:
+    """Each distinct ``field: old -> new`` once (the sets of a run usually differ alike)."""
+    return list(dict.fromkeys(d.change for d in differences))
+
+
 def check_comparable(a: ModelResults, b: ModelResults) -> None:
     """NotComparable (a ValueError, one line naming each field, old -> new) unless every compared setting of
-    the sets both scored is the same. Runs that differ only in the ASR or the judge are refused as well."""
+    the sets both scored is the same: two systems are compared under one dataset, protocol, ASR and judge."""
     differences = run_differences(a, b)
     if differences:
         raise NotComparable(a.name, b.name, differences)

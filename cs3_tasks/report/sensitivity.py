@@ -1,13 +1,13 @@
-"""How much one system's numbers depend on the ASR and the judge: two runs of the SAME outputs, scored
-with other ASR or judge settings, compared item by item.
+"""How much one system's numbers depend on the ASR and the judge: two runs of the SAME outputs, scored with
+other ASR or judge settings, compared item by item.
 
 `sensitivity_or_refusal(a, b)` decides what two loaded runs are. The same outputs (each Qid's record computed
 from the same output and dataset item: its ``input_key``, or its text and audio label when a record has none)
-scored with settings that differ only in how the speech was heard or the answers judged
-(`SENSITIVITY_FIELDS`) give a `SensitivityView`. The same outputs scored under another dataset or protocol,
-and other outputs scored with other ASR or judge settings, are refused (`SensitivityRefusal`, naming the
-fields or the Qids). Other outputs under the same ASR and judge are two systems: None (`report.compare`
-pairs them).
+scored with settings that differ only in how the speech was heard or the answers judged (differences of kind
+"asr" or "judge": `report.comparable`, the one comparison of two runs' settings) give a `SensitivityView`. The
+same outputs scored under another dataset or protocol, and other outputs scored with other ASR or judge
+settings, are refused (`SensitivityRefusal`, naming the fields or the Qids). Other outputs under the same ASR
+and judge are two systems: None (`report.compare` pairs them).
 
 Per set and channel the view gives: the transcripts that differ, the verdicts that flipped each way (right ->
 wrong, wrong -> right, to and from a missing verdict), Cohen's kappa of the verdicts (`core.agreement`), the
@@ -26,29 +26,13 @@ from cs3_tasks.core.agreement import cohen_kappa
 from cs3_tasks.core.data import KNOWLEDGE_SETS, SETS
 from cs3_tasks.core.paired import paired_difference
 from cs3_tasks.core.refusal import Refusal
+from cs3_tasks.report.comparable import SCORING, SettingDifference, changes, run_differences
 from cs3_tasks.report.compare import points
 from cs3_tasks.report.results import ModelResults
 from cs3_tasks.scoring.records import CHANNELS
-from cs3_tasks.scoring.store import (
-    ADDED_SETTINGS,
-    IDENTITY_KEYS,
-    INPUT_KEY,
-    comparable_settings,
-    settings_difference,
-)
+from cs3_tasks.scoring.store import INPUT_KEY
 
-# the settings of <set>.settings.json that say how the outputs were heard and judged: the ASR fingerprint, its
-# language hint, the judge, and the reference protocol's comparability flags that follow from them
-SENSITIVITY_FIELDS = (
-    "asr",
-    "asr_language",
-    "judge",
-    "asr_is_reference",
-    "judge_is_reference",
-    "comparable_to_paper",
-)
 SHOWN_QIDS = 5  # Qids named in a refusal
-JUDGE_PROMPTS = "reference_scripts"  # the authors' scripts the reference judge's prompts are read from
 
 
 class SensitivityRefusal(Refusal):
@@ -62,35 +46,10 @@ class SensitivityView:
 
     name_a: str
     name_b: str
-    differences: list[str]  # "field: A -> B" of the settings that differ (per set when they differ by set)
+    differences: list[str]  # "field: A -> B" of the settings that differ, each once
     rows: list[dict] = field(default_factory=list)  # one per set and channel
     items: list[dict] = field(default_factory=list)  # one per set, channel and Qid that changed
     only_one: list[str] = field(default_factory=list)  # sets scored in one run only
-
-
-def run_settings_of(results: ModelResults, set_name: str) -> dict:
-    """A run's ``<set>.settings.json`` (its summary's copy when the file is not there), without what only says
-    where it ran or which system it is (compared elsewhere: by the outputs themselves)."""
-    import json
-
-    path = results.result_dirs[set_name] / f"{set_name}.settings.json"
-    try:
-        settings = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        settings = results.summaries.get(set_name, {}).get("settings") or {}
-    return {k: v for k, v in comparable_settings(settings).items() if k not in IDENTITY_KEYS}
-
-
-def differing_fields(a: Mapping, b: Mapping) -> list[str]:
-    """Top-level settings whose values differ (a field added since older runs: only when both have it). The
-    reference protocol's scripts (its judge prompts) are read only for a judge: a run without a judge names
-    none, which is the judge's difference (``judge``), not another protocol."""
-    keys = dict.fromkeys([*a, *b])
-    found = [
-        k for k in keys if a.get(k) != b.get(k) and not (k in ADDED_SETTINGS and (k not in a or k not in b))
-    ]
-    unjudged = any(run.get("judge") is None and run.get(JUDGE_PROMPTS) is None for run in (a, b))
-    return [k for k in found if not (k == JUDGE_PROMPTS and unjudged)]
 
 
 def _by_qid(records: Sequence[Mapping]) -> dict[str, Mapping]:
@@ -123,47 +82,36 @@ def sensitivity_or_refusal(a: ModelResults, b: ModelResults) -> SensitivityView 
     shared = [s for s in SETS if s in a.records and s in b.records]
     if not shared:
         raise SensitivityRefusal(f"{a.name} and {b.name} share no scored set")
-    settings = {s: (run_settings_of(a, s), run_settings_of(b, s)) for s in shared}
-    fields = list(dict.fromkeys(f for s in shared for f in differing_fields(*settings[s])))
-    other = [f for f in fields if f not in SENSITIVITY_FIELDS]
+    differences = run_differences(a, b)
+    other = [d for d in differences if d.kind == SCORING]
     changed = {s: q for s in shared if (q := changed_outputs(a.records[s], b.records[s]))}
     if not changed:
         if other:
             raise SensitivityRefusal(
                 f"the two runs hold the same outputs of {a.name} scored with other settings than ASR and "
-                f"judge ({_described(settings, other)}): a sensitivity view compares ASR and judge settings "
+                f"judge ({'; '.join(changes(other))}): a sensitivity view compares ASR and judge settings "
                 "only; score both with the same dataset and protocol"
             )
-        return _view(a, b, shared, settings)
-    if any(f in SENSITIVITY_FIELDS for f in fields):
+        return _view(a, b, shared, differences)
+    measured = [d for d in differences if d.kind != SCORING]
+    if measured:
         named = "; ".join(
             f"{s}: {len(q)} ({', '.join(q[:SHOWN_QIDS])}{', ...' if len(q) > SHOWN_QIDS else ''})"
             for s, q in changed.items()
         )
+        fields = ", ".join(dict.fromkeys(d.field for d in differences))
         raise SensitivityRefusal(
-            f"the ASR or judge settings differ ({', '.join(fields)}), but so do the outputs scored, items "
+            f"the ASR or judge settings differ ({fields}), but so do the outputs scored, items "
             f"{named}: a sensitivity view needs the same outputs scored twice, a comparison of two systems "
             "the same settings"
         )
     return None
 
 
-def _described(settings: Mapping[str, tuple[dict, dict]], fields: Sequence[str]) -> str:
-    lines = []
-    for a, b in settings.values():
-        text = settings_difference({f: a.get(f) for f in fields}, {f: b.get(f) for f in fields})
-        if text and text not in lines:
-            lines.append(text)
-    return "; ".join(lines)
-
-
-def _view(a: ModelResults, b: ModelResults, shared: list[str], settings: Mapping) -> SensitivityView:
-    differences = []
-    for set_name in shared:
-        text = settings_difference(*settings[set_name])
-        if text and text not in differences:
-            differences.append(text)
-    view = SensitivityView(a.name, b.name, differences)
+def _view(
+    a: ModelResults, b: ModelResults, shared: list[str], differences: Sequence[SettingDifference]
+) -> SensitivityView:
+    view = SensitivityView(a.name, b.name, changes(differences))
     view.only_one = [s for s in SETS if (s in a.records) != (s in b.records)]
     for set_name in shared:
         by_a, by_b = _by_qid(a.records[set_name]), _by_qid(b.records[set_name])
