@@ -98,8 +98,9 @@ def end_of_launch(timeout: timedelta = END_OF_LAUNCH_TIMEOUT) -> None:
     shutdown, and that has aborted a rank whose work was done ('terminate called without an active
     exception', rarely, even with the group left at exit), after which the launcher stops the others before
     the first rank writes its results. Nothing is left to run: lm-eval has written its results. A no-op
-    outside a launch."""
-    if not _active():
+    outside a launch, and in a launch whose group no cs3 model joined (`process_group`): other models' runs
+    end as lm-eval ends them."""
+    if _GROUP is None or not _GROUP.distributed or not _active():
         return
     import torch.distributed as dist
 
