@@ -18,8 +18,14 @@ from judge_server import Reply
 
 from cs3_tasks import cli
 from cs3_tasks.core.audio import content_hash
+from cs3_tasks.report.comparable import settings_differences
 from cs3_tasks.report.results import load_results
-from cs3_tasks.report.sensitivity import sensitivity_or_refusal
+from cs3_tasks.report.sensitivity import (
+    CELL_CHARACTERS,
+    SensitivityView,
+    sensitivity_markdown,
+    sensitivity_or_refusal,
+)
 
 STRONG, WEAK = DEMO / "demo-strong", DEMO / "demo-weak"
 
@@ -224,7 +230,6 @@ def test_report_sensitivity_lists_the_items_with_audio(asr_runs, tmp_path, capsy
 def test_the_judges_prompts_follow_the_judge():
     """The reference protocol reads its judge prompts only for a judge: no judge vs a judge differs in the
     judge, not in the protocol; two judges with other scripts do differ in the protocol's scripts."""
-    from cs3_tasks.report.comparable import settings_differences
 
     def kinds(old: dict, new: dict) -> dict[str, str]:
         return {d.field.split(".")[0]: d.kind for d in settings_differences("knowledge", old, new)}
@@ -237,3 +242,23 @@ def test_the_judges_prompts_follow_the_judge():
     assert kinds(judged, other) == {"reference_scripts": "scoring"}
     older = {k: v for k, v in judged.items() if k != "dataset_sha256"}  # a run from before the field
     assert kinds(older, judged) == {}
+
+
+def test_a_long_transcript_is_cut_in_the_markdown_view():
+    """An ASR loop (or a huge response) does not flood the printed view: cut, with its length said."""
+    loop = "Paris, " * 1000
+    view = SensitivityView("m", "m", ["asr.backend: 'a' -> 'b'"])
+    view.items.append(
+        {
+            "set": "knowledge",
+            "qid": "q|1",
+            "channel": "speech",
+            "transcript_a": "Paris.",
+            "transcript_b": loop,
+            "verdict_a": "right (keyword)",
+            "verdict_b": "wrong (unresolved)",
+        }
+    )
+    printed = sensitivity_markdown(view)
+    row = next(line for line in printed.splitlines() if line.startswith("| knowledge | q\\|1 |"))
+    assert f"... ({len(loop):,} characters)" in row and len(row) < CELL_CHARACTERS + 200

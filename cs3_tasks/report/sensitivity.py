@@ -33,6 +33,7 @@ from cs3_tasks.scoring.records import CHANNELS
 from cs3_tasks.scoring.store import INPUT_KEY
 
 SHOWN_QIDS = 5  # Qids named in a refusal
+CELL_CHARACTERS = 200  # of a transcript in the markdown view (the HTML page shows more, the records all)
 
 
 class SensitivityRefusal(Refusal):
@@ -217,10 +218,14 @@ def _metrics(set_name: str, ch: str, a: Mapping | None, b: Mapping | None) -> di
 
 
 def _cell(value: Any) -> str:
-    """A markdown cell of any text (a transcript): "|" and line breaks would end the cell."""
+    """A markdown cell of any text (a transcript): "|" and line breaks would end the cell; a text longer than
+    `CELL_CHARACTERS` (an ASR loop, a 10 MB response) is cut there and says how long it was."""
     if value is None:
         return "(none)"
-    return " ".join(str(value).replace("\\", "\\\\").replace("|", "\\|").splitlines()) or '""'
+    text = str(value)
+    if len(text) > CELL_CHARACTERS:
+        text = f"{text[:CELL_CHARACTERS]}... ({len(text):,} characters)"
+    return " ".join(text.replace("\\", "\\\\").replace("|", "\\|").splitlines()) or '""'
 
 
 def _change(pair: tuple[float | None, float | None]) -> str:
