@@ -228,13 +228,25 @@ def _cell(value: Any) -> str:
     return " ".join(text.replace("\\", "\\\\").replace("|", "\\|").splitlines()) or '""'
 
 
-def _change(pair: tuple[float | None, float | None]) -> str:
+def change_text(pair: tuple[float | None, float | None], arrow: str = "->") -> str:
+    """A rate of run A and run B in percent, and B - A in points: ``25.0 -> 29.2 (+4.2)``."""
     a, b = pair
     if a is None and b is None:
         return ""
     shown = [("n/a" if v is None else f"{100 * v:.1f}") for v in (a, b)]
     delta = "" if a is None or b is None else f" ({points(b - a)})"
-    return f"{shown[0]} -> {shown[1]}{delta}"
+    return f"{shown[0]} {arrow} {shown[1]}{delta}"
+
+
+def paired_texts(paired: Mapping) -> tuple[str, str]:
+    """The paired difference B - A with its CI (``+4.2 [+0.0, +12.5]``) and McNemar p, as shown ("n/a"
+    without an item decided in both runs)."""
+    difference = (
+        "n/a"
+        if paired["difference"] is None
+        else f"{points(paired['difference'])} [{points(paired['ci_low'])}, {points(paired['ci_high'])}]"
+    )
+    return difference, "n/a" if paired["mcnemar_p"] is None else f"{paired['mcnemar_p']:.3g}"
 
 
 def sensitivity_markdown(view: SensitivityView, label_a: str = "A", label_b: str = "B") -> str:
@@ -250,19 +262,14 @@ def sensitivity_markdown(view: SensitivityView, label_a: str = "A", label_b: str
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|---|",
     ]
     for row in view.rows:
-        paired, kappa = row["paired"], row["kappa"]["kappa"]
-        difference = (
-            "n/a"
-            if paired["difference"] is None
-            else f"{points(paired['difference'])} [{points(paired['ci_low'])}, {points(paired['ci_high'])}]"
-        )
-        p = "n/a" if paired["mcnemar_p"] is None else f"{paired['mcnemar_p']:.3g}"
+        kappa = row["kappa"]["kappa"]
+        difference, p = paired_texts(row["paired"])
+        rate, lsa, psr = (change_text(row.get(k, (None, None))) for k in ("rate", "lsa", "psr"))
         heard = "" if row["transcripts_differ"] is None else str(row["transcripts_differ"])
         lines.append(
             f"| {row['set']} | {row['channel']} | {row['n_items']} | {heard} | {row['right_to_wrong']} | "
             f"{row['wrong_to_right']} | {row['to_missing']} | {row['from_missing']} | "
-            f"{'n/a' if kappa is None else f'{kappa:.3f}'} | {_change(row['rate'])} | {difference} | {p} | "
-            f"{_change(row['lsa'])} | {_change(row.get('psr', (None, None)))} |"
+            f"{'n/a' if kappa is None else f'{kappa:.3f}'} | {rate} | {difference} | {p} | {lsa} | {psr} |"
         )
     lines += [
         "",

@@ -12,9 +12,14 @@ from pathlib import Path
 
 from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.report import items as report_items
-from cs3_tasks.report.compare import points
 from cs3_tasks.report.results import ModelResults, load_results
-from cs3_tasks.report.sensitivity import SensitivityRefusal, SensitivityView, sensitivity_or_refusal
+from cs3_tasks.report.sensitivity import (
+    SensitivityRefusal,
+    SensitivityView,
+    change_text,
+    paired_texts,
+    sensitivity_or_refusal,
+)
 from cs3_tasks.scoring.store import local_outputs
 
 ROW_COLUMNS = (
@@ -37,15 +42,6 @@ def one_system(result_dir: Path) -> ModelResults:
     return next(iter(found.values()))
 
 
-def _rate(pair: tuple[float | None, float | None]) -> str:
-    a, b = pair
-    if a is None and b is None:
-        return ""
-    shown = ["n/a" if v is None else f"{100 * v:.1f}" for v in (a, b)]
-    delta = "" if a is None or b is None else f" ({points(b - a)})"
-    return f"{shown[0]} → {shown[1]}{delta}"
-
-
 def _rows_table(view: SensitivityView) -> str:
     head = "".join(f"<th>{escape(title)}</th>" for _, title in ROW_COLUMNS)
     head += "<th>kappa</th><th>rate A → B</th><th>B − A [95% CI]</th><th>McNemar p</th><th>LSA A → B</th>"
@@ -58,17 +54,12 @@ def _rows_table(view: SensitivityView) -> str:
             else f"<td>{escape(str(row[key]))}</td>"
             for key, _ in ROW_COLUMNS
         )
-        kappa, paired = row["kappa"]["kappa"], row["paired"]
-        difference = (
-            "n/a"
-            if paired["difference"] is None
-            else f"{points(paired['difference'])} [{points(paired['ci_low'])}, {points(paired['ci_high'])}]"
-        )
-        p = "n/a" if paired["mcnemar_p"] is None else f"{paired['mcnemar_p']:.3g}"
+        kappa = row["kappa"]["kappa"]
+        difference, p = paired_texts(row["paired"])
+        rate, lsa, psr = (change_text(row.get(k, (None, None)), "→") for k in ("rate", "lsa", "psr"))
         cells += (
             f'<td class="num" data-value="{kappa!r}">{"n/a" if kappa is None else f"{kappa:.3f}"}</td>'
-            f'<td>{_rate(row["rate"])}</td><td>{difference}</td><td class="num">{p}</td>'
-            f"<td>{_rate(row['lsa'])}</td><td>{_rate(row.get('psr', (None, None)))}</td>"
+            f'<td>{rate}</td><td>{difference}</td><td class="num">{p}</td><td>{lsa}</td><td>{psr}</td>'
         )
         body.append(f'<tr data-set="{row["set"]}" data-channel="{row["channel"]}">{cells}</tr>')
     return f'<table id="sensitivity"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
