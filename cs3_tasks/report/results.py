@@ -7,15 +7,14 @@ record of a Qid is the one that counts (as `scoring` compacts it when the run fi
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cs3_tasks.core.data import KNOWLEDGE_SETS
 from cs3_tasks.report.leaderboard import duplicate_system, load_summaries
-from cs3_tasks.scoring.store import RecordsError
 from cs3_tasks.scoring.store import read_records as read_records_file
+from cs3_tasks.scoring.store import read_run_settings
 
 
 @dataclass
@@ -66,24 +65,8 @@ def load_results(result_dirs: Sequence[Path]) -> dict[str, ModelResults]:
                 entry.summaries[set_name] = summary
                 entry.records[set_name] = read_records(Path(result_dir), set_name) or []
                 entry.result_dirs[set_name] = Path(result_dir)
-                entry.settings[set_name] = read_settings(Path(result_dir), set_name, summary)
+                entry.settings[set_name] = read_run_settings(Path(result_dir), set_name, summary)
     return results
-
-
-def read_settings(result_dir: Path, set_name: str, summary: dict | None = None) -> dict | None:
-    """``<set>.settings.json`` of a result dir (what its records depend on), else the copy in its summary;
-    None when neither is there. RecordsError when the file is not a JSON object."""
-    path = Path(result_dir) / f"{set_name}.settings.json"
-    if not path.is_file():
-        found = (summary or {}).get("settings")
-        return found if isinstance(found, dict) else None
-    try:
-        settings = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RecordsError(f"{path}: not a JSON object ({exc})") from None
-    if not isinstance(settings, dict):
-        raise RecordsError(f"{path}: not a JSON object")
-    return settings
 
 
 def summaries_of(results: dict[str, ModelResults]) -> dict[str, dict[str, dict]]:

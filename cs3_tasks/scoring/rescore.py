@@ -23,7 +23,7 @@ from cs3_tasks.scoring.records import UNNAMED_PROTOCOL
 from cs3_tasks.scoring.replay import RecordedTranscripts, RecordedVerdicts
 from cs3_tasks.scoring.run import ScoreOutcome, scoring_outcome
 from cs3_tasks.scoring.settings import ScoringError
-from cs3_tasks.scoring.store import dataset_identity, read_records
+from cs3_tasks.scoring.store import dataset_identity, read_records, read_run_settings
 
 
 def scored_sets(result_dir: Path) -> list[str]:
@@ -33,15 +33,14 @@ def scored_sets(result_dir: Path) -> list[str]:
 
 def run_settings_of(result_dir: Path, set_name: str) -> dict:
     """The settings a set of a result dir was scored with: ``<set>.settings.json``, else its summary's."""
-    path = Path(result_dir) / f"{set_name}.settings.json"
-    if path.is_file():
-        return json.loads(path.read_text(encoding="utf-8"))
-    found = summaries.read_summary(result_dir, set_name)
-    if not found or not isinstance(found.get("settings"), dict):
+    settings = read_run_settings(result_dir, set_name)
+    if settings is None:  # no settings file: the summary's copy (read only then)
+        settings = read_run_settings(result_dir, set_name, summaries.read_summary(result_dir, set_name))
+    if settings is None:
         raise ScoringError(
-            f"{result_dir}: {set_name} has records but no settings (no {path.name} or summary)"
+            f"{result_dir}: {set_name} has records but no settings (no {set_name}.settings.json or summary)"
         )
-    return found["settings"]
+    return settings
 
 
 def recorded_output(record: Mapping, set_name: str) -> ModelOutput | None:

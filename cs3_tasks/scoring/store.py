@@ -132,6 +132,23 @@ class RecordsError(ValueError):
     """A records file that cannot be read; the message names the file and line."""
 
 
+def read_run_settings(result_dir: Path, set_name: str, summary: Mapping | None = None) -> dict | None:
+    """The settings a set of a result dir was scored with: ``<set>.settings.json``, else the copy in its
+    ``summary``; None when neither is there. RecordsError (naming the file) when the file is not a JSON
+    object."""
+    path = Path(result_dir) / f"{set_name}.settings.json"
+    if not path.is_file():
+        found = (summary or {}).get("settings")
+        return found if isinstance(found, dict) else None
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RecordsError(f"{path}: not a JSON object ({exc})") from None
+    if not isinstance(settings, dict):
+        raise RecordsError(f"{path}: not a JSON object")
+    return settings
+
+
 def read_records(path: Path) -> dict[str, dict]:
     """The latest record per Qid in a records file (in the order Qids first appear), read the same way by the
     scorer, its resume, reports and comparisons: a torn last line (a run killed while writing it: no newline
