@@ -32,13 +32,7 @@ def _gap(cs: Mapping | None, en: Mapping | None) -> dict:
     key -> {bounds, n_missing_verdict} (each value over the box of the two accuracies' bounds)."""
     acc_cs, acc_en = (entry.get("value") if entry else None for entry in (cs, en))
     drop = metrics.accuracy_drop(acc_cs, acc_en)
-    gap: dict[str, Any] = {
-        "acc_cs": acc_cs,
-        "acc_en": acc_en,
-        "drop_abs": drop["absolute"],
-        "drop_rel": drop["relative"],
-        "preserve": drop["preserve_rate"],
-    }
+    gap: dict[str, Any] = {"acc_cs": acc_cs, "acc_en": acc_en, **{k: drop[n] for k, n in DROP_KEYS.items()}}
     missing = [(entry or {}).get("n_missing_verdict") or 0 for entry in (cs, en)]
     if not any(missing) or acc_cs is None or acc_en is None:
         return gap
@@ -49,11 +43,7 @@ def _gap(cs: Mapping | None, en: Mapping | None) -> dict:
         "acc_en": {"bounds": box[1], "n_missing_verdict": missing[1]},
         **{
             key: {"bounds": _span([c[name] for c in corners]), "n_missing_verdict": sum(missing)}
-            for key, name in (
-                ("drop_abs", "absolute"),
-                ("drop_rel", "relative"),
-                ("preserve", "preserve_rate"),
-            )
+            for key, name in DROP_KEYS.items()
         },
     }
     return gap

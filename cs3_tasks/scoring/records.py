@@ -26,7 +26,6 @@ UNNAMED_PROTOCOL = "cs3"
 
 
 def _zh_en_pair():
-
     return load_pair("zh-en")
 
 
