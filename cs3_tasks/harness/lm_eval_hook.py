@@ -27,6 +27,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from cs3_tasks.core.refusal import Refusal
 
@@ -66,10 +67,24 @@ def task_dir() -> Path:
 # what happens once lm-eval's modules are loaded
 
 
+def _patched(function: Any) -> bool:
+    """Whether ``function`` is one of our wrappers already (each patch installs once)."""
+    return getattr(function, "_cs3_patched", False)
+
+
+def _install(owner: Any, name: str, wrapper: Any, original: Any) -> None:
+    """``owner.<name>`` becomes ``wrapper``, marked as ours (`_patched`), with ``original`` as its
+    ``__wrapped__`` and its docstring."""
+    wrapper._cs3_patched = True
+    wrapper.__wrapped__ = original
+    wrapper.__doc__ = original.__doc__
+    setattr(owner, name, wrapper)
+
+
 def patch_task_manager(manager_module) -> None:
     """Append our task folder to every TaskManager's include_path (idempotent)."""
     cls = manager_module.TaskManager
-    if getattr(cls.__init__, "_cs3_patched", False):
+    if _patched(cls.__init__):
         return
     original = cls.__init__
 
@@ -83,10 +98,7 @@ def patch_task_manager(manager_module) -> None:
                 bound.arguments["include_defaults"] = False
         original(*bound.args, **bound.kwargs)
 
-    __init__._cs3_patched = True  # type: ignore[attr-defined]
-    __init__.__wrapped__ = original  # type: ignore[attr-defined]
-    __init__.__doc__ = original.__doc__
-    cls.__init__ = __init__
+    _install(cls, "__init__", __init__, original)
 
 
 def with_our_tasks(include_path):
@@ -140,7 +152,7 @@ def patch_evaluate_config(config_module) -> None:
     """A run of our tasks only builds its TaskManager without indexing lm-eval's own task files."""
     cls = config_module.EvaluatorConfig
     original = cls.process_tasks
-    if getattr(original, "_cs3_patched", False):
+    if _patched(original):
         return
 
     def process_tasks(self, *args, **kwargs):
@@ -153,16 +165,13 @@ def patch_evaluate_config(config_module) -> None:
         finally:
             _RUN.only_our_tasks = False
 
-    process_tasks._cs3_patched = True  # type: ignore[attr-defined]
-    process_tasks.__wrapped__ = original  # type: ignore[attr-defined]
-    process_tasks.__doc__ = original.__doc__
-    cls.process_tasks = process_tasks
+    _install(cls, "process_tasks", process_tasks, original)
 
 
 def patch_model_registry(registry_module) -> None:
     """Import a cs3 wrapper module the first time its name is looked up (idempotent)."""
     registry = registry_module.model_registry
-    if getattr(registry.get, "_cs3_patched", False):
+    if _patched(registry.get):
         return
     original_get = registry.get
 
@@ -171,8 +180,7 @@ def patch_model_registry(registry_module) -> None:
             import_model_module(alias)
         return original_get(alias, *args, **kwargs)
 
-    get._cs3_patched = True  # type: ignore[attr-defined]
-    registry.get = get  # instance attribute: shadows Registry.get for this registry only
+    _install(registry, "get", get, original_get)  # instance attribute: shadows Registry.get for this registry
 
 
 def import_model_module(name: str) -> None:
@@ -247,7 +255,7 @@ def refuse_a_rank_without_docs(tasks, limit) -> None:
 def patch_evaluator(evaluator_module) -> None:
     """``simple_evaluate``'s results (and so results_*.json) carry ``cs3``: how the cs3 tasks were scored."""
     original = evaluator_module.simple_evaluate
-    if getattr(original, "_cs3_patched", False):
+    if _patched(original):
         return
 
     def simple_evaluate(*args, **kwargs):
@@ -262,10 +270,7 @@ def patch_evaluator(evaluator_module) -> None:
             results[RESULTS_KEY] = note
         return results
 
-    simple_evaluate._cs3_patched = True  # type: ignore[attr-defined]
-    simple_evaluate.__wrapped__ = original  # type: ignore[attr-defined]
-    simple_evaluate.__doc__ = original.__doc__
-    evaluator_module.simple_evaluate = simple_evaluate
+    _install(evaluator_module, "simple_evaluate", simple_evaluate, original)
 
 
 class MarkedValue(float):
@@ -305,7 +310,7 @@ def patch_table(utils_module) -> None:
     """lm-eval's printed results table marks an incomplete value with its bounds (`MarkedValue`) and ends
     with `scoring_line` when the results carry ``cs3``."""
     original = utils_module.make_table
-    if getattr(original, "_cs3_patched", False):
+    if _patched(original):
         return
 
     def make_table(result_dict, column: str = "results", *args, **kwargs):
@@ -317,9 +322,7 @@ def patch_table(utils_module) -> None:
             table = f"{table}\n{scoring_line(note)}\n"
         return table
 
-    make_table._cs3_patched = True  # type: ignore[attr-defined]
-    make_table.__wrapped__ = original  # type: ignore[attr-defined]
-    utils_module.make_table = make_table
+    _install(utils_module, "make_table", make_table, original)
 
 
 def patch_cli(harness_module) -> None:
@@ -329,7 +332,7 @@ def patch_cli(harness_module) -> None:
     ``simple_evaluate`` still get the exception."""
     cli = harness_module.HarnessCLI
     original = cli.execute
-    if getattr(original, "_cs3_patched", False):
+    if _patched(original):
         return
 
     def execute(self, args):
@@ -346,9 +349,7 @@ def patch_cli(harness_module) -> None:
         end_of_launch()
         return result
 
-    execute._cs3_patched = True  # type: ignore[attr-defined]
-    execute.__wrapped__ = original  # type: ignore[attr-defined]
-    cli.execute = execute
+    _install(cli, "execute", execute, original)
 
 
 def patch_launcher(launcher_module) -> None:
@@ -356,7 +357,7 @@ def patch_launcher(launcher_module) -> None:
     the run (exit code 2, having said why) and the others refused it too or were stopped by the launcher,
     the launcher exits 2 too, without its own traceback."""
     original = launcher_module.launch_agent
-    if getattr(original, "_cs3_patched", False):
+    if _patched(original):
         return
 
     def launch_agent(*args, **kwargs):
@@ -372,9 +373,7 @@ def patch_launcher(launcher_module) -> None:
                 raise SystemExit(2) from None
             raise
 
-    launch_agent._cs3_patched = True  # type: ignore[attr-defined]
-    launch_agent.__wrapped__ = original  # type: ignore[attr-defined]
-    launcher_module.launch_agent = launch_agent
+    _install(launcher_module, "launch_agent", launch_agent, original)
 
 
 _POST_IMPORT = {
