@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 from cs3_tasks.core.english_normalizer import basic_normalizer, english_normalizer
 from cs3_tasks.core.languages import LanguagePair, default_pair, load_pair
-from cs3_tasks.core.scripts import CJK_CLASS
+from cs3_tasks.core.scripts import CJK_CLASS, LATIN_CLASS
 
 if TYPE_CHECKING:  # pragma: no cover
     import opencc
@@ -71,8 +71,6 @@ MIDDLE_DOTS = "\u00b7\u2022\u30fb\u2027\u2219\u22c5\uff65\u0387\u16eb\u2e31"
 # A surrogate code point is not a character: a lone one (half an emoji cut by a byte-level truncation, or
 # "\ud83d" in JSON) cannot be encoded as UTF-8, and OpenCC's C++ converter and every file writer need UTF-8.
 _SURROGATE = re.compile("[\ud800-\udfff]")
-# A letter of the embedded (Latin-script) language: ASCII letters, Latin-1 and Latin Extended-A/B
-_LATIN_LETTERS = "A-Za-z\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f"
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\uff07": "'", "`": "'"})
 
 _converter: opencc.OpenCC | None = None
@@ -98,7 +96,7 @@ class _PairSpec:
         self.matrix, self.embedded = pair.matrix, pair.embedded
         self.char = re.compile(f"[{pair.script_class}]")
         # runs of letters of either language, for `gloss_language`
-        self.letter_runs = re.compile(f"(?P<m>[{pair.script_class}]+)|(?P<e>[{_LATIN_LETTERS}]+)")
+        self.letter_runs = re.compile(f"(?P<m>[{pair.script_class}]+)|(?P<e>[{LATIN_CLASS}]+)")
         self.run = re.compile(f"([{pair.script_class}]+)")
         self.word_tokens = pair.tokens == "word"
         # Chinese/Japanese: whitespace next to a script character is noise (ASR inserts it at random);
