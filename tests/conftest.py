@@ -13,7 +13,8 @@ Fixtures:
 - ``built_wheel``: this checkout built as a wheel (``pip wheel .``), once per test process.
 
 Tests marked ``slow`` (model inference, full builds, lm_eval subprocesses) are left out by
-``python -m pytest -q -m "not slow"``; CI runs them all.
+``python -m pytest -q -m "not slow"``; CI runs them all. Tests marked ``gpu`` need CUDA and skip elsewhere,
+with the reason; ``python -m pytest -m gpu`` runs them on a GPU machine (docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -43,6 +44,27 @@ def pytest_configure(config):
     # Never reach for the network: the Hub and model hosts are not reachable on CI machines.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    # tests marked gpu need CUDA: elsewhere each is skipped with the reason (`python -m pytest -m gpu`)
+    gpu_tests = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_tests:
+        return
+    reason = _no_cuda_reason()
+    if reason:
+        for item in gpu_tests:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def _no_cuda_reason() -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return "needs a CUDA GPU: torch is not installed"
+    if not torch.cuda.is_available():
+        return "needs a CUDA GPU: torch sees none here (run `python -m pytest -m gpu` on a GPU machine)"
+    return None
 
 
 def pytest_unconfigure(config):

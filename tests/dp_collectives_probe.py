@@ -29,6 +29,7 @@ probe = {
     "gathered": gathered,
     "records": sorted(r["qid"] for r in records),
     "threads": distributed.cpu_threads_per_process(),
+    "backend": str(torch.distributed.get_backend()),
 }
 # one file per rank: two processes printing to one pipe can interleave their lines
 (Path(sys.argv[3]) / f"probe-{group.rank}.json").write_text(json.dumps(probe), encoding="utf-8")

@@ -19,7 +19,7 @@ from cs3_tasks.asr.process import IN_PROCESS_ENV
 @pytest.fixture
 def gpus(monkeypatch):
     def set_count(n: int) -> None:
-        monkeypatch.setattr(asr_device_module, "_cuda_device_count", lambda: n)
+        monkeypatch.setattr(asr_device_module, "cuda_device_count", lambda backend="faster-whisper": n)
 
     monkeypatch.delenv(asr_device.DEVICE_ENV, raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
@@ -27,14 +27,20 @@ def gpus(monkeypatch):
     return set_count
 
 
-def test_default_is_cpu_without_cuda_and_cuda_with_it(gpus, monkeypatch):
+def test_default_is_the_cpu_with_or_without_a_gpu_and_cuda_is_this_ranks_gpu(gpus, monkeypatch):
     gpus(0)
     assert asr.asr_device() == "cpu" and asr_device.batch_size_for("cpu") == asr.DEFAULT_BATCH_SIZE
-    gpus(2)
-    assert asr.asr_device() == "cuda" and asr_device.batch_size_for("cuda") == asr_device.GPU_BATCH_SIZE
-    monkeypatch.setenv("WORLD_SIZE", "4")  # a data-parallel launch: each rank on its own GPU
+    gpus(2)  # the default's transcripts are the portable CPU ones (README's numbers), GPU or not
+    assert asr.asr_device() == "cpu"
+    assert asr.asr_device("cuda") == "cuda" and asr_device.batch_size_for("cuda") == asr_device.GPU_BATCH_SIZE
+    assert asr_device.batch_size_for("cpu", "transformers") == 1  # the authors' one clip at a time
+    monkeypatch.setenv("WORLD_SIZE", "4")  # a data-parallel launch: each rank on its own GPU, or sharing one
     monkeypatch.setenv("LOCAL_RANK", "3")
-    assert asr.asr_device() == "cuda:1"
+    assert asr.asr_device() == "cpu" and asr.asr_device("cuda") == "cuda:1"
+    gpus(1)
+    assert asr.asr_device("cuda") == "cuda:0"
+    with pytest.raises(asr.AsrModelError, match="only 1 CUDA device"):
+        asr.asr_device("cuda:1")
 
 
 def test_explicit_choice_env_and_errors(gpus, monkeypatch):
@@ -80,7 +86,7 @@ def test_a_gpu_that_is_not_there_is_one_line_before_any_work(tmp_path, fake_asr,
 
     from cs3_tasks import cli
 
-    monkeypatch.setattr(asr_device_module, "_cuda_device_count", lambda: 0)
+    monkeypatch.setattr(asr_device_module, "cuda_device_count", lambda backend="faster-whisper": 0)
     demo = Path(cli.__file__).resolve().parents[1] / "demo" / "responses" / "demo-strong"
     argv = ["score", "--outputs", str(demo), "--set", "knowledge", "--out", str(tmp_path / "r")]
     argv += ["--dataset", "demo", "--no-judge", "--asr-device", "cuda"]

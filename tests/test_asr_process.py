@@ -41,13 +41,13 @@ def test_the_child_gets_our_allocator_settings_after_the_users_own():
     assert "glibc.malloc.arena_max=1" not in mixed and "glibc.malloc.mmap_max=0" in mixed
 
 
-def test_only_cpu_models_run_in_a_child_and_the_environment_can_keep_them_here(monkeypatch):
+def test_models_run_in_a_child_and_the_environment_can_keep_them_here(monkeypatch):
     monkeypatch.delenv(IN_PROCESS_ENV, raising=False)
-    assert not runs_in_own_process("cuda:0")
+    assert runs_in_own_process("cuda:0") == (sys.platform == "linux")  # the CUDA libraries' folders
     glibc = sys.platform == "linux" and platform.libc_ver()[0] == "glibc"
     assert runs_in_own_process("cpu") == glibc
     monkeypatch.setenv(IN_PROCESS_ENV, "1")
-    assert not runs_in_own_process("cpu")
+    assert not runs_in_own_process("cpu") and not runs_in_own_process("cuda:0")
 
 
 def test_a_model_that_cannot_be_loaded_is_named_in_the_callers_error(tmp_path):

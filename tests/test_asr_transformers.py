@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tiny_whisper import build_whisper
 
 from cs3_tasks import asr
 from cs3_tasks.asr import AsrConfig, transcribe_batch
@@ -19,87 +20,9 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 
-def _byte_symbols() -> list[str]:
-    """GPT-2's byte-to-unicode table: the 256 base symbols of a byte-level BPE vocabulary."""
-    printable = [
-        *range(ord("!"), ord("~") + 1),
-        *range(ord("¡"), ord("¬") + 1),
-        *range(ord("®"), ord("ÿ") + 1),
-    ]
-    codes, extra = list(printable), 0
-    for byte in range(256):
-        if byte not in printable:
-            printable.append(byte)
-            codes.append(256 + extra)
-            extra += 1
-    return [chr(c) for c in codes]
-
-
 @pytest.fixture(scope="module")
 def tiny_whisper(tmp_path_factory) -> str:
-    from transformers import (
-        GenerationConfig,
-        WhisperConfig,
-        WhisperFeatureExtractor,
-        WhisperForConditionalGeneration,
-        WhisperProcessor,
-        WhisperTokenizer,
-    )
-    from transformers.models.whisper.tokenization_whisper import LANGUAGES
-
-    tokenizer = WhisperTokenizer(vocab={s: i for i, s in enumerate(_byte_symbols())}, merges=[])
-    languages = [f"<|{code}|>" for code in LANGUAGES]
-    specials = [
-        "<|startoftranscript|>",
-        *languages,
-        "<|translate|>",
-        "<|transcribe|>",
-        "<|startoflm|>",
-        "<|startofprev|>",
-        "<|nocaptions|>",
-        "<|notimestamps|>",
-    ]
-    tokenizer.add_special_tokens({"additional_special_tokens": specials})
-    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in [*specials, "<|endoftext|>"]}
-    eot, sot = ids["<|endoftext|>"], ids["<|startoftranscript|>"]
-    config = WhisperConfig(
-        vocab_size=len(tokenizer),
-        num_mel_bins=80,
-        d_model=16,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=1,
-        decoder_attention_heads=1,
-        encoder_ffn_dim=16,
-        decoder_ffn_dim=16,
-        max_source_positions=1500,
-        max_target_positions=64,
-        pad_token_id=eot,
-        bos_token_id=eot,
-        eos_token_id=eot,
-        decoder_start_token_id=sot,
-    )
-    torch.manual_seed(0)
-    model = WhisperForConditionalGeneration(config)
-    model.generation_config = GenerationConfig(
-        decoder_start_token_id=sot,
-        eos_token_id=eot,
-        pad_token_id=eot,
-        bos_token_id=eot,
-        max_length=20,
-        lang_to_id={token: ids[token] for token in languages},
-        task_to_id={"transcribe": ids["<|transcribe|>"], "translate": ids["<|translate|>"]},
-        is_multilingual=True,
-        no_timestamps_token_id=ids["<|notimestamps|>"],
-        begin_suppress_tokens=[],
-        suppress_tokens=[],
-    )
-    directory = tmp_path_factory.mktemp("tiny-whisper-hf")
-    WhisperProcessor(
-        feature_extractor=WhisperFeatureExtractor(feature_size=80), tokenizer=tokenizer
-    ).save_pretrained(directory)
-    model.save_pretrained(directory, safe_serialization=True)
-    return str(directory)
+    return build_whisper(tmp_path_factory.mktemp("tiny-whisper-hf"))
 
 
 @pytest.fixture(autouse=True)
@@ -171,3 +94,34 @@ def test_transformers_backend_default_model_and_load_error(monkeypatch):
             asr=AsrConfig(model="no-such-org/no-such-whisper", backend="transformers"),
             progress=False,
         )
+
+
+def test_a_decoder_smaller_than_the_pipelines_budget_gets_a_budget_that_fits(tiny_whisper):
+    from transformers import GenerationConfig
+
+    from cs3_tasks.asr.transformers_whisper import PROMPT_TOKENS, fit_to_context
+
+    runner = asr_runners.cached_runner("transformers", tiny_whisper)
+    generation = runner.pipe.model.generation_config
+    assert generation.max_new_tokens + PROMPT_TOKENS <= min(64, generation.max_length)  # 64 positions
+    real = GenerationConfig(max_length=448)  # a real Whisper checkpoint: left as it is
+    fit_to_context(real, 448)
+    assert real.max_new_tokens is None and real.max_length == 448
+
+
+@pytest.mark.gpu
+def test_fp16_on_cuda_batched_and_one_at_a_time(tiny_whisper):
+    from cs3_tasks.asr.gpu import check_asr_device
+
+    config = AsrConfig(model=tiny_whisper, backend="transformers", device="cuda")
+    libraries = check_asr_device(config)  # the encoder ran once on the GPU
+    assert isinstance(libraries, dict)
+    runner = asr.load_runner("transformers", tiny_whisper, "cuda")
+    assert runner.dtype == torch.float16 and next(runner.pipe.model.parameters()).is_cuda
+    clips = [_noise(seconds) for seconds in (0.5, 1.0, 2.0, 3.0, 4.0)]
+    batched = transcribe_batch(clips, asr=config, progress=False, use_cache=False)
+    single = transcribe_batch(clips, asr=config, progress=False, use_cache=False, batch_size=1)
+    assert [t.error for t in batched + single] == [None] * 10
+    fingerprint = asr.asr_fingerprint(config)
+    assert fingerprint["device"] == "cuda" and fingerprint["compute_type"] == "float16"
+    assert "cuda_libraries" in fingerprint

@@ -84,6 +84,7 @@ def test_every_script_is_covered():
         "asr_stages.py",
         "belle_asr_cer.py",
         "data_parallel_cascade.py",
+        "gpu_asr.py",
         "offline_llm_load.py",
         "protocol_keyword_stage.py",
         "real_model_e2e.py",
@@ -170,6 +171,44 @@ def test_asr_backends(tmp_path):
     assert result.returncode == 0
     assert "| demo responses | 2 |" in result.stdout
     assert "batched transcripts equal to one at a time:" in result.stdout
+
+
+@pytest.mark.slow
+def test_gpu_asr_runs_its_arms_on_the_cpu(tmp_path):
+    """benchmarks/gpu_asr.py with --device cpu: two demo clips one at a time and batched, on a tiny random
+    Whisper (the figures are the GPU run's: benchmarks/README.md)."""
+    needs_module("transformers")
+    figures = tmp_path / "gpu_asr.json"
+    result = run_script(
+        "gpu_asr.py",
+        tmp_path,
+        "--device",
+        "cpu",
+        "--n",
+        "2",
+        "--batches",
+        "1,2",
+        "--random-shape",
+        "tiny-test",
+        "--tokens",
+        "4",
+        "--json",
+        str(figures),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "| batch | clips/s |" in result.stdout and "| 2 |" in result.stdout
+    rows = json.loads(figures.read_text(encoding="utf-8"))["rows"]
+    assert [row["batch"] for row in rows] == [1, 2] and all(row["clips_per_s"] > 0 for row in rows)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_gpu_asr_on_the_gpu(tmp_path):
+    """The GPU figures' command, smallest: 8 demo clips, batches 1 and 8, the offline model's shape."""
+    needs_module("transformers")
+    result = run_script("gpu_asr.py", tmp_path, "--n", "8", "--batches", "1,8", "--random-shape", "base")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "| 8 |" in result.stdout and "GiB" in result.stdout
 
 
 @pytest.mark.slow

@@ -66,11 +66,21 @@ def test_one_process_is_rank_0_of_1(tmp_path):
     lm.barrier()
 
 
-def test_process_group_devices():
+def test_process_group_devices(monkeypatch):
     one, rank1 = distributed.ProcessGroup(), distributed.ProcessGroup(rank=3, world_size=4, local_rank=1)
     assert one.device("cpu") == "cpu" and rank1.device("cpu") == "cpu"
-    if not distributed._cuda_available():
-        assert one.device("cuda:0") == "cpu" and rank1.device(None) == "cpu"
+    monkeypatch.setattr(distributed, "_cuda_device_count", lambda: 0)
+    assert one.device("cuda:0") == "cpu" and rank1.device(None) == "cpu"
+    monkeypatch.setattr(distributed, "_cuda_device_count", lambda: 1)  # 4 ranks, one GPU: they share it
+    assert rank1.device(None) == "cuda:0" and rank1.device("cuda") == "cuda:0"
+
+
+def test_ranks_that_share_a_gpu_use_gloo_not_nccl():
+    # NCCL refuses two ranks on one GPU ("Duplicate GPU detected"): such a launch runs its collectives on gloo
+    assert distributed.collective_backend(local_world=2, gpus=1) == "gloo"
+    assert distributed.collective_backend(local_world=2, gpus=0) == "gloo"
+    assert distributed.collective_backend(local_world=2, gpus=2) == "nccl"
+    assert distributed.collective_backend(local_world=1, gpus=8) == "nccl"
 
 
 def test_padded_copies_are_answered_once():
@@ -208,13 +218,24 @@ def test_collectives_across_two_processes(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     probes = [json.loads(path.read_text(encoding="utf-8")) for path in sorted(tmp_path.glob("probe-*.json"))]
     assert [p["rank"] for p in probes] == [0, 1]
+    gpus = distributed._cuda_device_count()
     for p in probes:
-        assert p["world_size"] == 2 and p["suffix"] == f".rank{p['rank']}" and p["device"] == "cpu"
+        device = f"cuda:{p['rank'] % gpus}" if gpus else "cpu"  # two ranks on one GPU share it
+        assert p["world_size"] == 2 and p["suffix"] == f".rank{p['rank']}" and p["device"] == device
+        assert p["backend"] == distributed.collective_backend(2, gpus)
         assert p["counts"] == [5, 6] and p["records"] == ["q0", "q1", "shared"]
         assert p["threads"] == max(1, len(os.sched_getaffinity(0)) // 2)
     assert probes[0]["gathered"] == [{"rank": 0}, {"rank": 1}] and probes[1]["gathered"] is None
     assert "rank 0 done" in result.stdout and "rank 1 done" in result.stdout
     assert "went on" not in result.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_two_ranks_on_a_machine_with_fewer_gpus_share_them(tmp_path):
+    """On a one-GPU machine: two ranks of torchrun share the GPU, their collectives on gloo (NCCL refuses
+    them: "Duplicate GPU detected"), exit 0."""
+    test_collectives_across_two_processes(tmp_path)
 
 
 def metrics_of(out: Path) -> dict:

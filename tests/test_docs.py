@@ -103,6 +103,10 @@ def check_command(words: list[str]) -> list[str]:
         if words[1:2] == ["recipe"]:
             subcommand = words[1:3]
         text = help_text(("cs3-bench", *subcommand))
+    elif program.startswith("benchmarks/") and program.endswith(".py"):  # a script with its own options
+        if not (REPO / program).is_file():
+            return [f"no script {program}"]
+        text = help_text((sys.executable, str(REPO / program)))
     elif program == "lm_eval" or program.endswith(".py"):
         if program.endswith(".py") and not (
             (REPO / program).is_file() or (REPO / "examples" / program).is_file()

@@ -211,3 +211,30 @@ def test_a_tts_failure_fails_the_speech_channel_and_keeps_the_text(tiny_llm_dir,
         assert output.text is None and "generation failed" in output.problem
     errors = (tmp_path / "out" / "errors.jsonl").read_text().splitlines()
     assert [json.loads(line)["Qid"] for line in errors] == ["q0", "q1"]
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_cascade_on_the_gpu(query_wavs, tiny_llm_dir, tmp_path):
+    """cs3-cascade with its LLM and its ASR (the transformers backend, float16) on the GPU."""
+    from tiny_whisper import build_whisper
+
+    from cs3_tasks.models import cascade
+
+    lm = cascade.CascadeLM(
+        llm=str(tiny_llm_dir),
+        asr_backend="transformers",
+        asr_model=build_whisper(tmp_path / "tiny-whisper"),
+        asr_device="cuda",
+        asr_use_cache=False,
+        max_new_tokens=12,
+        batch_size=2,
+        output_dir=str(tmp_path / "out"),
+        device="cuda",
+    )
+    assert str(lm.hf["device"]).startswith("cuda") and next(lm.hf["model"].parameters()).is_cuda
+    out = lm.generate_until([instance(f"q{i}", path, i) for i, path in enumerate(query_wavs)])
+    assert len(out) == 2
+    errors = tmp_path / "out" / "errors.jsonl"
+    problems = errors.read_text() if errors.is_file() else ""
+    assert "ASR failed" not in problems and "CUDA" not in problems, problems

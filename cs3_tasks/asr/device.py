@@ -1,8 +1,11 @@
 """Where ASR runs: the device (CPU, this rank's GPU), its thread count and its batch size.
 
-``device=`` / ``--asr-device`` / $CS3_ASR_DEVICE: "cpu", "cuda" or "cuda:N"; by default the GPU when CUDA is
-available (under a data-parallel launcher each rank takes its own, ``cuda:<LOCAL_RANK>``), else the CPU, whose
-cores the ranks on one machine share out. GPU transcripts (float16) are cached apart from CPU ones (int8).
+``device=`` / ``--asr-device`` / $CS3_ASR_DEVICE: "cpu", "cuda" or "cuda:N"; by default the CPU, on every
+machine, GPU or not: the default engine's transcripts on a CPU are the portable ones README's numbers and the
+golden transcripts are (cs3_tasks.asr.numerics), and a GPU's float16 transcripts are that machine's
+(docs/gpu.md). A GPU is used when asked for; under a data-parallel launcher "cuda" is this rank's GPU,
+``cuda:<LOCAL_RANK % GPUs>`` (ranks share a GPU when there are more ranks than GPUs). GPU transcripts
+(float16) are cached apart from CPU ones (int8).
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ from cs3_tasks.asr.config import AsrModelError
 from cs3_tasks.harness.distributed import cpu_threads_per_process
 
 DEFAULT_BATCH_SIZE = 8  # clips per batched decode (faster-whisper) on a CPU
-# On a GPU the batch is bounded by memory, not cores (not measured here: no GPU on the development machines).
+# On a GPU the batch is bounded by memory, not cores: benchmarks/gpu_asr.py measures clips/s per batch size.
 GPU_BATCH_SIZE = 32
 DEVICE_ENV = "CS3_ASR_DEVICE"
+DEFAULT_DEVICE = "cpu"
 
 
 def cpu_threads() -> int:
@@ -26,42 +30,47 @@ def cpu_threads() -> int:
     return cpu_threads_per_process()
 
 
-def asr_device(requested: str | None = None) -> str:
-    """The ASR device, "cpu", "cuda" or "cuda:N": ``requested``, else $CS3_ASR_DEVICE, else the GPU when CUDA
-    is available
-    (``cuda:<LOCAL_RANK>`` under a data-parallel launcher, so that each rank transcribes on its own),
-    else "cpu". A CUDA request without CUDA is an error (say --asr-device cpu)."""
-    choice = str(requested or os.environ.get(DEVICE_ENV) or "auto").strip().lower()
-    gpus = _cuda_device_count()
-    if choice == "auto":
-        if gpus == 0:
-            return "cpu"
-        launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
-        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0')) % gpus}" if launched else "cuda"
+def asr_device(requested: str | None = None, backend: str = "faster-whisper") -> str:
+    """The ASR device, "cpu", "cuda" or "cuda:N": ``requested``, else $CS3_ASR_DEVICE, else "cpu" (the
+    benchmark's portable transcripts, whatever the machine has). "cuda" under a data-parallel launcher is this
+    rank's GPU (``cuda:<LOCAL_RANK % GPUs>``). A CUDA request without CUDA is an error (say --asr-device cpu).
+    """
+    given = requested or os.environ.get(DEVICE_ENV)
+    choice = str(given or DEFAULT_DEVICE).strip().lower()
     if not re.fullmatch(r"cpu|cuda(:\d+)?", choice):
-        raise ValueError(
-            f"ASR device must be cpu, cuda or cuda:N, not {requested or os.environ.get(DEVICE_ENV)!r}"
-        )
-    if choice.startswith("cuda") and gpus == 0:
+        source = "--asr-device" if requested else f"${DEVICE_ENV}"
+        raise ValueError(f"{source}={given!r}: the ASR device must be cpu, cuda or cuda:N")
+    if choice == "cpu":
+        return choice
+    gpus = cuda_device_count(backend)
+    if gpus == 0:
         raise AsrModelError(f"ASR device {choice} requested but no CUDA device is visible; use cpu")
+    if choice == "cuda" and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0') or 0) % gpus}"
+    if ":" in choice and int(choice.split(":")[1]) >= gpus:
+        raise AsrModelError(f"ASR device {choice} requested but only {gpus} CUDA device(s) are visible")
     return choice
 
 
-def batch_size_for(device: str) -> int:
-    """Clips decoded together: bounded by cores on a CPU, by memory on a GPU."""
-    return DEFAULT_BATCH_SIZE if device == "cpu" else GPU_BATCH_SIZE
+def batch_size_for(device: str, backend: str = "faster-whisper") -> int:
+    """Clips decoded together: on a GPU as many as pay (GPU_BATCH_SIZE); on a CPU faster-whisper's batches
+    (bounded by cores), the torch backends one at a time, as the authors decode (on a CPU every clip is
+    padded to 30 s either way, and batching buys nothing: benchmarks/README.md)."""
+    if device != "cpu":
+        return GPU_BATCH_SIZE
+    return DEFAULT_BATCH_SIZE if backend == "faster-whisper" else 1
 
 
-def _cuda_device_count() -> int:
+def cuda_device_count(backend: str = "faster-whisper") -> int:
+    """CUDA devices the backend's engine sees: CTranslate2's count for faster-whisper, torch's for the
+    transformers and openai-whisper backends (0 where the engine is not installed)."""
     try:
-        import ctranslate2
+        if backend == "faster-whisper":
+            import ctranslate2
 
-        return int(ctranslate2.get_cuda_device_count())
-    except (ImportError, RuntimeError):
-        pass
-    try:
+            return int(ctranslate2.get_cuda_device_count())
         import torch
 
         return torch.cuda.device_count()
-    except ImportError:
+    except (ImportError, RuntimeError):
         return 0

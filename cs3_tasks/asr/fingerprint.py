@@ -21,6 +21,7 @@ from typing import Any
 
 from cs3_tasks.asr.config import AsrConfig, decoding_options
 from cs3_tasks.asr.device import asr_device
+from cs3_tasks.asr.gpu import check_asr_device
 from cs3_tasks.asr.numerics import NATIVE, cpu_features, numerics_mode
 from cs3_tasks.asr.offline import offline_weight_parts, offline_whisper_base
 from cs3_tasks.asr.process import runs_in_own_process
@@ -49,7 +50,7 @@ def compute_type(backend: str, device: str) -> str:
 def asr_fingerprint(config: AsrConfig) -> dict[str, Any]:
     """What the transcripts of ``config`` depend on (see the module docstring), as plain data."""
     resolved = config.resolved()
-    device = asr_device(resolved.device)
+    device = asr_device(resolved.device, str(resolved.backend))
     backend = str(resolved.backend)
     numerics = numerics_of(backend, device)
     fingerprint: dict[str, Any] = {
@@ -63,6 +64,8 @@ def asr_fingerprint(config: AsrConfig) -> dict[str, Any]:
     }
     if numerics == NATIVE:  # the arithmetic follows this CPU: its features are part of the identity
         fingerprint["cpu_features"] = cpu_features()
+    if device != "cpu":  # the CUDA libraries the engine ran with, by package and version (checked once)
+        fingerprint["cuda_libraries"] = check_asr_device(resolved)
     return fingerprint
 
 

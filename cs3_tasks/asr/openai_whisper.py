@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cs3_tasks.asr.config import DECODING, AsrModelError, max_new_tokens
+from cs3_tasks.asr.gpu import encoder_probe
 
 
 class OpenAIWhisperRunner:
@@ -29,6 +30,15 @@ class OpenAIWhisperRunner:
                 "~/.cache/whisper/*.pt here, or pass the .pt path as the model."
             ) from exc
         self.fp16 = device.startswith("cuda")
+        self.device = device
+
+    def probe(self) -> dict[str, str]:
+        """The encoder over one window of zeros on the model's device; the CUDA libraries it ran with."""
+        import torch
+
+        dims = self.model.dims
+        dtype = torch.float16 if self.fp16 else torch.float32
+        return encoder_probe(self.model.encoder, dims.n_mels, 2 * dims.n_audio_ctx, dtype, self.device)
 
     def transcribe(self, audio, language: str | None) -> tuple[str, str | None]:
         result = self.model.transcribe(

@@ -1,4 +1,5 @@
-"""faster-whisper on the CPU in a process of its own, whose memory allocator keeps what it frees.
+"""faster-whisper in a process of its own: on a CPU, one whose memory allocator keeps what it frees; on a GPU,
+one that finds pip's CUDA 12 libraries.
 
 CTranslate2's encoder allocates buffers of hundreds of MB per 30 s window (attention over 1500 frames)
 and frees them at once. glibc serves any block over 32 MB with a fresh mmap and returns it on free, so
@@ -8,6 +9,9 @@ no mmap, no trimming, one arena, so that CTranslate2's worker threads allocate f
 its free blocks). Those settings are read once, when a process starts, and would change the whole of a
 user's process, so the model runs in a child started with them. Transcripts are the same either way:
 an allocator does not change the arithmetic.
+
+On a GPU the allocator is CUDA's; the child is started with the folders of pip's ``nvidia-cublas-cu12`` and
+``nvidia-cudnn-cu12`` on LD_LIBRARY_PATH (cs3_tasks.asr.gpu), which the loader reads only at start-up.
 
 ``FasterWhisperProcess`` has the runner's methods and forwards each call (audio arrays in, results out,
 pickled over the child's stdin and stdout). A child that dies (killed, out of memory) fails the call in
@@ -30,6 +34,7 @@ from typing import Any
 
 from cs3_tasks.asr.config import AsrModelError
 from cs3_tasks.asr.faster_whisper import FasterWhisperRunner
+from cs3_tasks.asr.gpu import library_path_environment
 from cs3_tasks.asr.numerics import engine_environment
 
 IN_PROCESS_ENV = "CS3_ASR_IN_PROCESS"
@@ -46,11 +51,13 @@ class AsrProcessError(RuntimeError):
 
 
 def runs_in_own_process(device: str) -> bool:
-    """Whether faster-whisper on ``device`` runs in a child process: on CPUs under glibc, unless
-    $CS3_ASR_IN_PROCESS is set (GPU buffers come from CUDA's caching allocator instead)."""
+    """Whether faster-whisper on ``device`` runs in a child process: on CPUs under glibc (the allocator), on
+    GPUs under Linux (the CUDA libraries' folders), unless $CS3_ASR_IN_PROCESS is set."""
     if os.environ.get(IN_PROCESS_ENV, "").strip().lower() in ("1", "true", "yes"):
         return False
-    return device == "cpu" and sys.platform == "linux" and platform.libc_ver()[0] == "glibc"
+    if device != "cpu":
+        return sys.platform == "linux"
+    return sys.platform == "linux" and platform.libc_ver()[0] == "glibc"
 
 
 def malloc_tunables(current: str | None) -> str:
@@ -67,13 +74,17 @@ def allocator_environment(environ: Mapping[str, str] | None = None) -> dict[str,
     return {**environ, "GLIBC_TUNABLES": malloc_tunables(environ.get("GLIBC_TUNABLES"))}
 
 
-def child_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The ASR child's environment: ``environ`` (default: this process's) with our allocator settings, the
-    engine's code paths of every AVX2 machine (`numerics.engine_environment`, winning over the user's), and
-    this package importable from where the caller imports it (a checkout on sys.path, say)."""
+def child_environment(environ: Mapping[str, str] | None = None, device: str = "cpu") -> dict[str, str]:
+    """The ASR child's environment: ``environ`` (default: this process's) with, on a CPU, our allocator
+    settings and the engine's code paths of every AVX2 machine (`numerics.engine_environment`, winning over
+    the user's), on a GPU pip's CUDA 12 library folders (`gpu.library_path_environment`); and this package
+    importable from where the caller imports it (a checkout on sys.path, say)."""
     environ = os.environ if environ is None else environ
-    env = allocator_environment(environ)
-    env.update(engine_environment(environ))
+    if device == "cpu":
+        env = allocator_environment(environ)
+        env.update(engine_environment(environ))
+    else:
+        env = {**environ, **library_path_environment(environ)}
     env[IN_PROCESS_ENV] = "1"  # the child holds the model itself
     here = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (here, environ.get("PYTHONPATH")) if p)
@@ -101,6 +112,9 @@ class FasterWhisperProcess:
     ) -> list[tuple[str, str | None] | None]:
         return self._call("transcribe_packed", list(audios), language)
 
+    def probe(self) -> dict[str, str]:
+        return self._call("probe")
+
     def close(self) -> None:
         with self._lock:
             self._stop()
@@ -110,7 +124,7 @@ class FasterWhisperProcess:
             [sys.executable, "-c", "from cs3_tasks.asr.process import main; main()"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env=child_environment(),
+            env=child_environment(device=self._load_args[1]),
         )
         try:
             self._exchange("load", self._load_args)

@@ -7,8 +7,10 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from cs3_tasks.asr.config import check_backend, default_backend, default_model
+from cs3_tasks.asr.convert import convert_if_offline
 from cs3_tasks.asr.device import asr_device
 from cs3_tasks.asr.faster_whisper import FasterWhisperRunner
+from cs3_tasks.asr.offline import join_if_offline
 from cs3_tasks.asr.openai_whisper import OpenAIWhisperRunner
 from cs3_tasks.asr.process import FasterWhisperProcess, runs_in_own_process
 from cs3_tasks.asr.transformers_whisper import TransformersWhisperRunner
@@ -46,7 +48,8 @@ def load_runner(backend: str | None = None, model: str | None = None, device: st
     """The loaded model (once per process) that ``transcribe_batch`` would use, for direct calls."""
     backend = backend or default_backend()
     check_backend(backend)
-    return cached_runner(backend, model or default_model(backend), asr_device(device))
+    model_name = convert_if_offline(join_if_offline(model or default_model(backend)))
+    return cached_runner(backend, model_name, asr_device(device, backend))
 
 
 def cached_runner(backend: str, model_name: str, device: str = "cpu") -> Runner:

@@ -82,6 +82,7 @@ from cs3_tasks.asr.config import (
 from cs3_tasks.asr.convert import convert_if_offline
 from cs3_tasks.asr.device import asr_device, batch_size_for
 from cs3_tasks.asr.fingerprint import asr_fingerprint, fingerprint_key
+from cs3_tasks.asr.gpu import AsrDeviceError, is_machine_fault
 from cs3_tasks.asr.offline import join_if_offline
 from cs3_tasks.asr.runners import BatchRunner, PackingRunner, Runner, cached_runner
 from cs3_tasks.core.audio import (
@@ -120,8 +121,8 @@ def transcribe_batch(
     """
     config = (asr or AsrConfig()).resolved()
     backend, short_clips = config.backend, config.short_clips
-    device = asr_device(config.device)
-    batch_size = batch_size_for(device) if batch_size is None else batch_size
+    device = asr_device(config.device, backend)
+    batch_size = batch_size_for(device, backend) if batch_size is None else batch_size
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     model_name = convert_if_offline(join_if_offline(config.model))
@@ -258,6 +259,7 @@ def _transcribe_chunk(
         try:
             packed_out = pack([audio for _, audio in short], language)
         except Exception as exc:  # noqa: BLE001 - the batched path below decodes them instead
+            _stop_on_machine_fault(exc)
             log.warning(
                 "packed ASR failed (%s: %s); decoding its %d clips in batches",
                 type(exc).__name__,
@@ -279,6 +281,7 @@ def _transcribe_chunk(
         try:
             outputs = batched([audio for _, audio in batch], language)
         except Exception as exc:  # noqa: BLE001 - retried per clip below, so one bad clip fails alone
+            _stop_on_machine_fault(exc)
             log.warning(
                 "batched ASR failed (%s: %s); decoding its %d clips one by one",
                 type(exc).__name__,
@@ -325,8 +328,19 @@ def _transcribe_one(runner: Runner, audio, language: str | None) -> Transcript:
     try:
         text, detected = runner.transcribe(audio, language)
     except Exception as exc:  # noqa: BLE001 - any decoder failure is recorded for this item only
+        _stop_on_machine_fault(exc)
         return Transcript("", None, error=f"asr_error: {type(exc).__name__}: {exc}")
     return Transcript(text=text.strip(), language=detected)
+
+
+def _stop_on_machine_fault(exc: Exception) -> None:
+    """A machine's fault (a CUDA library or driver, `gpu.is_machine_fault`) stops the run as one error: it is
+    never recorded as the clips' ASR failures (what is cached so far stays)."""
+    if is_machine_fault(exc):
+        raise AsrDeviceError(
+            f"ASR stopped: the engine failed on this machine, not on a clip ({type(exc).__name__}: {exc}); "
+            "see docs/gpu.md, or run with --asr-device cpu"
+        ) from None
 
 
 def _progress_bar(todo: int, enabled: bool, total: int):

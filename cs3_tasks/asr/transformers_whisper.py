@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from cs3_tasks.asr.config import TRANSFORMERS_PAPER_MODEL, AsrModelError
+from cs3_tasks.asr.gpu import encoder_probe
 from cs3_tasks.core.audio import SAMPLE_RATE
 
 
@@ -11,6 +14,11 @@ class TransformersWhisperRunner:
     authors' utils/whisper_asr.py does: fp16 on CUDA, fp32 on CPU, safetensors weights, the checkpoint's own
     generation config (no beam or token-cap settings of ours) and no forced language. Clips reach the
     pipeline at 16 kHz (resampled by cs3_tasks.core.audio; the pipeline would need torchaudio for that).
+
+    The one limit of ours, `fit_to_context`: a decoder whose context is too small for the pipeline's default
+    token budget gets a budget that fits (real Whisper checkpoints, 448 positions, are left as they are).
+    ``transcribe_many`` hands the pipeline
+    several clips at once (its ``batch_size``): on a GPU, where batching pays (benchmarks/gpu_asr.py).
     """
 
     def __init__(self, model_name: str, device: str):
@@ -35,6 +43,8 @@ class TransformersWhisperRunner:
                 f"(huggingface-cli download {TRANSFORMERS_PAPER_MODEL}) and copy the Hugging Face cache here."
             ) from exc
         self.dtype = dtype
+        self.device = device
+        fit_to_context(model.generation_config, getattr(model.config, "max_target_positions", None))
         self.pipe = pipeline(
             "automatic-speech-recognition",
             model=model,
@@ -44,9 +54,43 @@ class TransformersWhisperRunner:
             device=device,
         )
 
+    def probe(self) -> dict[str, str]:
+        """The encoder over one window of zeros on the model's device; the CUDA libraries it ran with."""
+        config = self.pipe.model.config
+        frames = 2 * config.max_source_positions  # the encoder halves the frames
+        encoder = self.pipe.model.get_encoder()
+        return encoder_probe(encoder, config.num_mel_bins, frames, self.dtype, self.device)
+
     def transcribe(self, audio, language: str | None) -> tuple[str, str | None]:
         # The pipeline reports no detected language unless asked to return segments, which changes the call
         # the authors make; the language is then unknown (None) unless it was given.
-        options = {"generate_kwargs": {"language": language}} if language else {}
-        result = self.pipe({"raw": audio, "sampling_rate": SAMPLE_RATE}, **options)
+        result = self.pipe({"raw": audio, "sampling_rate": SAMPLE_RATE}, **_options(language))
         return str(result.get("text", "")), language
+
+    def transcribe_many(self, audios: Sequence, language: str | None) -> list[tuple[str, str | None]]:
+        """The same pipeline call over several clips at once (one batch of ``len(audios)``)."""
+        inputs = [{"raw": audio, "sampling_rate": SAMPLE_RATE} for audio in audios]
+        results = self.pipe(inputs, batch_size=len(inputs), **_options(language))
+        return [(str(result.get("text", "")), language) for result in results]
+
+
+# <|startoftranscript|><|lang|><|transcribe|><|notimestamps|>: the prompt of every decode
+PROMPT_TOKENS = 4
+# the new tokens some transformers releases' ASR pipeline asks for where the checkpoint sets no budget
+PIPELINE_NEW_TOKENS = 256
+
+
+def fit_to_context(generation, context: int | None) -> None:
+    """Make ``generation`` (a GenerationConfig) ask for no more tokens than the decoder holds: where the
+    pipeline's default budget (PIPELINE_NEW_TOKENS) plus the prompt exceeds ``context`` (or the checkpoint's
+    own max_length), max_new_tokens is set to what fits; otherwise nothing changes. transformers refuses a
+    budget beyond the context as a ValueError, one per clip (a tiny test checkpoint of 64 positions)."""
+    if not context:
+        return
+    room = min(context, generation.max_length or context) - PROMPT_TOKENS
+    if (generation.max_new_tokens or PIPELINE_NEW_TOKENS) > room:
+        generation.max_new_tokens = max(1, room)
+
+
+def _options(language: str | None) -> dict:
+    return {"generate_kwargs": {"language": language}} if language else {}

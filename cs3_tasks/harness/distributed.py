@@ -45,15 +45,15 @@ class ProcessGroup:
         return self.world_size > 1
 
     def device(self, requested: str | None = None) -> str:
-        """The device of this rank: ``cuda:<local_rank>`` for a CUDA request (or none, when CUDA is there)
-        under a launcher; otherwise the requested device as given, or "cpu"/"cuda" when none was."""
-        cuda = _cuda_available()
+        """The device of this rank: ``cuda:<local_rank % GPUs>`` for a CUDA request (or none, when CUDA is
+        there) under a launcher; otherwise the requested device as given, or "cpu"/"cuda" when none was."""
+        gpus = _cuda_device_count()
         if requested and not str(requested).startswith("cuda"):
             return str(requested)  # "cpu", "mps", ...: one kind of device for every rank
-        if not cuda:
+        if not gpus:
             return "cpu"
-        if self.distributed:
-            return f"cuda:{self.local_rank}"
+        if self.distributed:  # ranks share the GPUs when there are more ranks than GPUs
+            return f"cuda:{self.local_rank % gpus}"
         return str(requested or "cuda")
 
 
@@ -67,14 +67,16 @@ def process_group() -> ProcessGroup:
         return _GROUP
     dist = _torch_distributed()
     if dist is not None and not dist.is_initialized() and launch_world_size() > 1:
-        from accelerate import PartialState
+        backend = collective_backend(local_world_size(), _cuda_device_count())
+        if backend == "gloo":  # no GPU, or ranks that share one (NCCL refuses two ranks on one GPU)
+            dist.init_process_group(backend="gloo", timeout=COLLECTIVE_TIMEOUT)
+        else:
+            from accelerate import PartialState
 
-        # accelerate sets this rank's CUDA device and joins the group (nccl on GPUs, gloo on CPUs)
-        PartialState(timeout=COLLECTIVE_TIMEOUT)
+            # accelerate sets this rank's CUDA device and joins the group (nccl)
+            PartialState(timeout=COLLECTIVE_TIMEOUT)
         if not dist.is_initialized():  # accelerate left it to us (e.g. a launch it does not recognise)
-            dist.init_process_group(
-                backend="nccl" if _cuda_available() else "gloo", timeout=COLLECTIVE_TIMEOUT
-            )
+            dist.init_process_group(backend=backend, timeout=COLLECTIVE_TIMEOUT)
     if dist is not None and dist.is_initialized():
         _GROUP = _group(dist.get_rank(), dist.get_world_size())
         if _GROUP.distributed:
@@ -139,13 +141,32 @@ def _torch_distributed():
     return dist if dist.is_available() else None
 
 
-def _cuda_available() -> bool:
+def collective_backend(local_world: int, gpus: int) -> str:
+    """The process group's backend: NCCL when each rank on this machine has a GPU of its own, else gloo
+    (no GPU; or more ranks than GPUs, which NCCL refuses: "Duplicate GPU detected"). lm-eval's collectives
+    here are a few small objects, which gloo carries from any device."""
+    return "nccl" if gpus > 0 and local_world <= gpus else "gloo"
+
+
+def local_world_size() -> int:
+    """Processes of this launch on this machine (``LOCAL_WORLD_SIZE``, else ``WORLD_SIZE``)."""
+    try:
+        return int(os.environ.get("LOCAL_WORLD_SIZE") or launch_world_size())
+    except ValueError:
+        return launch_world_size()
+
+
+def _cuda_device_count() -> int:
     try:
         import torch
 
-        return torch.cuda.is_available()
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
     except ImportError:
-        return False
+        return 0
+
+
+def _cuda_available() -> bool:
+    return _cuda_device_count() > 0
 
 
 def _active() -> bool:

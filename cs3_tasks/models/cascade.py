@@ -107,7 +107,7 @@ class CascadeLM(SpeechLM):
         else:
             raise ValueError(f"cs3-cascade: send_instruction must be one of {SEND_INSTRUCTION}")
         self.max_new_tokens = int(max_new_tokens) if max_new_tokens else None
-        # default device: this rank's GPU when there is one (cs3_tasks.asr.asr_device)
+        # default device: the CPU; asr_device=cuda is this rank's GPU (cs3_tasks.asr.asr_device)
         self.asr = AsrConfig(
             asr_backend or None, asr_model or None, asr_short_clips or None, asr_device or None
         )

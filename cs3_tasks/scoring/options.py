@@ -176,8 +176,8 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "asr_device",
         "ASR",
-        f"cpu, cuda or cuda:N (default: ${DEVICE_ENV}, else this rank's GPU when CUDA is available, "
-        "else cpu)",
+        f"cpu, cuda or cuda:N (default: ${DEVICE_ENV}, else cpu, whose transcripts are README's; cuda is "
+        "this rank's GPU: docs/gpu.md)",
         env=DEVICE_ENV,
         commands=TRANSCRIBING,
     ),

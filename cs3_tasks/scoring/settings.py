@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from cs3_tasks import asr as asr_module
 from cs3_tasks.asr import AsrConfig, AsrModelError, asr_device, default_backend
+from cs3_tasks.asr.gpu import check_asr_device, default_device_note
 from cs3_tasks.judge import JudgeConfigError, judge_config_from_options, option_value
 from cs3_tasks.scoring.protocols import Protocol, protocol_for, reference
 from cs3_tasks.scoring.records import ASR_LANGUAGE_HINT, DEFAULT_PROTOCOL
@@ -140,10 +141,30 @@ def asr_config_from_options(options: Mapping[str, Any]) -> AsrConfig:
     )
     config.resolved()  # checks the backend and the short-clip decoding
     try:
-        asr_device(config.device)
+        asr_device(config.device, str(config.backend))
     except AsrModelError as exc:
         raise ValueError(str(exc)) from None
     return config
+
+
+def check_device(asr: AsrConfig) -> None:
+    """The ASR engine tried once on a requested GPU before any work (`gpu.check_asr_device`: ScoringError
+    naming the missing library and the ways out); on a GPU machine where none was requested, the note that
+    ASR runs on the CPU (stderr, first process of a launch only)."""
+    import os
+    import sys
+
+    try:
+        check_asr_device(asr)
+    except AsrModelError as exc:
+        raise ScoringError(str(exc)) from None
+    note = default_device_note(asr)
+    if note and os.environ.get("RANK", "0") == "0" and note not in _NOTED:
+        _NOTED.add(note)
+        print(note, file=sys.stderr, flush=True)
+
+
+_NOTED: set[str] = set()
 
 
 def settings_from_options(options: Mapping[str, Any], *, reference_prompts: bool = True) -> ScoringSettings:
@@ -161,6 +182,8 @@ def settings_from_options(options: Mapping[str, Any], *, reference_prompts: bool
         asr_config = protocol_asr(asr_config, protocol, chosen=chosen)
     except (JudgeConfigError, ValueError) as exc:
         raise ScoringError(str(exc)) from None
+    if not options.get("use_given_transcripts"):
+        check_device(asr_config)
     templates = None
     if reference_prompts:
         try:  # the judge prompts are read now (reference): a missing copy fails before any ASR or judge work
