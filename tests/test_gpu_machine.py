@@ -164,3 +164,17 @@ def test_a_gpu_child_finds_pips_cuda_libraries_without_ld_library_path(monkeypat
     assert asr_process.runs_in_own_process("cuda:0") == (sys.platform == "linux")
     monkeypatch.setattr(gpu, "pip_cuda_library_dirs", lambda: [])
     assert gpu.library_path_environment({"LD_LIBRARY_PATH": "/opt/mine"}) == {}
+
+
+def test_the_cascade_asked_for_a_gpu_that_cannot_run_refuses_when_it_loads(tmp_path):
+    code = (
+        "from cs3_tasks.models.cascade import CascadeLM\n"
+        "try:\n"
+        "    CascadeLM(llm_base_url='http://127.0.0.1:9', llm_model='m', asr_device='cuda', "
+        f"output_dir={str(tmp_path / 'out')!r})\n"
+        "except Exception as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+    result = simulated("-c", code, cwd=tmp_path)
+    assert result.stdout.startswith("AsrDeviceError --asr-device cuda: faster-whisper cannot run"), result.stderr
+    assert "libcublas.so.12" in result.stdout and not (tmp_path / "out").exists()

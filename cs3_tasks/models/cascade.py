@@ -37,6 +37,7 @@ from typing import Any
 from lm_eval.api.registry import register_model
 
 from cs3_tasks.asr import AsrConfig, transcribe_batch
+from cs3_tasks.asr.gpu import check_asr_device
 from cs3_tasks.build.offline_llm import offline_llm_checkpoint
 from cs3_tasks.build.tts import default_backend, synthesize
 from cs3_tasks.core.chat_api import RetryPolicy, chat, chat_url
@@ -111,6 +112,7 @@ class CascadeLM(SpeechLM):
         self.asr = AsrConfig(
             asr_backend or None, asr_model or None, asr_short_clips or None, asr_device or None
         )
+        check_asr_device(self.asr)  # a GPU asked for is tried now: one line naming what is missing, exit 2
         self.asr_use_cache = as_bool(asr_use_cache)
         self.asr_language = asr_language or None
         if not tts_backend:
