@@ -12,7 +12,7 @@ is the transformers backend's default (openai/whisper-large-v3 where the Hugging
 offline Whisper-base converted) or ``--model``. ``--random-shape base|large-v3`` builds a randomly initialised
 Whisper of that shape instead (a GPU machine without the weights) and forces ``--tokens`` decoder steps per
 clip, so that each batch does the same work; its transcripts are noise and are not compared. Last, whether
-faster-whisper can run on this GPU (`cs3_tasks.asr.gpu.check_asr_device`, the check every run makes).
+faster-whisper can run on this GPU (`cs3_tasks.asr.check_asr_device`, the check every run makes).
 
 Figures and the command that made them: benchmarks/README.md ("ASR on a GPU"). ``--device cpu`` runs the same
 arms on a CPU (tests/test_benchmarks.py does, on two clips).
@@ -28,8 +28,7 @@ from pathlib import Path
 
 from asr_backends import belle_clips, demo_clips
 
-from cs3_tasks.asr import AsrConfig, AsrModelError, default_model, load_runner
-from cs3_tasks.asr.gpu import check_asr_device
+from cs3_tasks.asr import AsrConfig, AsrModelError, check_asr_device, default_model, load_runner
 from cs3_tasks.core.audio import SAMPLE_RATE, load_audio
 
 SHAPES = {  # WhisperConfig sizes of the real checkpoints, and a tiny one for the tests

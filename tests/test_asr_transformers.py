@@ -111,10 +111,8 @@ def test_a_decoder_smaller_than_the_pipelines_budget_gets_a_budget_that_fits(tin
 
 @pytest.mark.gpu
 def test_fp16_on_cuda_batched_and_one_at_a_time(tiny_whisper):
-    from cs3_tasks.asr.gpu import check_asr_device
-
     config = AsrConfig(model=tiny_whisper, backend="transformers", device="cuda")
-    libraries = check_asr_device(config)  # the encoder ran once on the GPU
+    libraries = asr.check_asr_device(config)  # the encoder ran once on the GPU
     assert isinstance(libraries, dict)
     runner = asr.load_runner("transformers", tiny_whisper, "cuda")
     assert runner.dtype == torch.float16 and next(runner.pipe.model.parameters()).is_cuda

@@ -52,7 +52,7 @@ def test_the_simulated_machine_counts_a_gpu_and_the_default_stays_on_the_cpu(tmp
     code = (
         "from cs3_tasks.asr import AsrConfig\n"
         "from cs3_tasks.asr.device import asr_device, cuda_device_count\n"
-        "from cs3_tasks.asr.gpu import default_device_note\n"
+        "from cs3_tasks.asr.device import default_device_note\n"
         "print(cuda_device_count(), asr_device(), asr_device('cuda'), bool(default_device_note(AsrConfig())))"
     )
     result = simulated("-c", code, cwd=tmp_path)
@@ -176,5 +176,7 @@ def test_the_cascade_asked_for_a_gpu_that_cannot_run_refuses_when_it_loads(tmp_p
         "    print(type(exc).__name__, exc)\n"
     )
     result = simulated("-c", code, cwd=tmp_path)
-    assert result.stdout.startswith("AsrDeviceError --asr-device cuda: faster-whisper cannot run"), result.stderr
+    assert result.stdout.startswith("AsrDeviceError --asr-device cuda: faster-whisper cannot run"), (
+        result.stderr
+    )
     assert "libcublas.so.12" in result.stdout and not (tmp_path / "out").exists()

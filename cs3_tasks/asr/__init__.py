@@ -7,10 +7,11 @@ cs3_tasks.asr.transcribe documents the decoding modes). The modules, one job eac
 - ``offline``: the offline Whisper-base of the `offline` extra, joined once
 - ``numerics``: arithmetic that gives the same transcripts on every AVX2 machine
 - ``fingerprint``: what a transcript depends on, by identity (results and cache keys)
-- ``device``: device, threads and batch size
+- ``device``: device (the CPU unless a GPU is asked for), threads and batch size
+- ``gpu``: CUDA libraries (pip's CUDA 12, what an engine loaded), machine faults, the refusal of a GPU
 - ``packing``: short clips packed into one 30 s window and split back (pure)
 - ``transcribe``: the batch API, its cache and grouping
-- ``runners``: the Runner protocols and the models loaded once per process
+- ``runners``: the Runner protocols, the models loaded once per process, the check of a requested GPU
 - ``faster_whisper``, ``openai_whisper``, ``transformers_whisper``: one file per backend"""
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ from cs3_tasks.asr.config import (
     default_model,
     max_new_tokens,
 )
-from cs3_tasks.asr.device import DEFAULT_BATCH_SIZE, asr_device, cpu_threads
+from cs3_tasks.asr.device import DEFAULT_BATCH_SIZE, asr_device, cpu_threads, default_device_note
 from cs3_tasks.asr.fingerprint import asr_fingerprint, describe_fingerprint, machine
 from cs3_tasks.asr.offline import offline_whisper_base
-from cs3_tasks.asr.runners import load_runner
+from cs3_tasks.asr.runners import check_asr_device, load_runner
 from cs3_tasks.asr.transcribe import transcribe_batch
 
 # what the other packages use (each module's own names are imported from the module)
@@ -44,8 +45,10 @@ __all__ = [
     "Transcript",
     "asr_device",
     "asr_fingerprint",
+    "check_asr_device",
     "cpu_threads",
     "decoding_options",
+    "default_device_note",
     "default_backend",
     "default_model",
     "describe_fingerprint",

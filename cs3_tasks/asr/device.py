@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 
-from cs3_tasks.asr.config import AsrModelError
+from cs3_tasks.asr.config import AsrConfig, AsrModelError
 from cs3_tasks.harness.distributed import cpu_threads_per_process
 
 DEFAULT_BATCH_SIZE = 8  # clips per batched decode (faster-whisper) on a CPU
@@ -74,3 +74,17 @@ def cuda_device_count(backend: str = "faster-whisper") -> int:
         return torch.cuda.device_count()
     except (ImportError, RuntimeError):
         return 0
+
+
+def default_device_note(config: AsrConfig) -> str | None:
+    """What a user on a GPU machine who chose no ASR device is told (None elsewhere): the ASR runs on the CPU,
+    and why."""
+    if config.device or os.environ.get(DEVICE_ENV):
+        return None
+    if cuda_device_count(str(config.resolved().backend)) == 0:
+        return None
+    return (
+        "note: ASR runs on the CPU (the default: the benchmark's portable transcripts, README's numbers); "
+        "this machine has a GPU: --asr-device cuda is faster, its float16 transcripts are this machine's "
+        "(docs/gpu.md)"
+    )

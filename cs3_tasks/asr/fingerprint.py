@@ -21,10 +21,10 @@ from typing import Any
 
 from cs3_tasks.asr.config import AsrConfig, decoding_options
 from cs3_tasks.asr.device import asr_device
-from cs3_tasks.asr.gpu import check_asr_device
 from cs3_tasks.asr.numerics import NATIVE, cpu_features, numerics_mode
 from cs3_tasks.asr.offline import offline_weight_parts, offline_whisper_base
 from cs3_tasks.asr.process import runs_in_own_process
+from cs3_tasks.asr.runners import check_asr_device
 from cs3_tasks.core.cache import SqliteCache, cache_dir, stable_key
 
 # the distributions whose versions a backend's transcripts depend on

@@ -3,10 +3,11 @@ runs with are found and named.
 
 faster-whisper computes with CTranslate2, whose pip wheels (4.x) are built against CUDA 12 (cuBLAS 12, cuDNN
 9): on a machine with only CUDA 13 its first encode fails ("Library libcublas.so.12 is not found or cannot be
-loaded"), although it counts the GPU. ``check_asr_device`` loads the run's model on its device and encodes
-one window of silence there; a failure is one `AsrDeviceError` naming the missing library, the CUDA the engine
-needs and the ways out, raised before anything is transcribed or written. A machine fault later in a run
-(`is_machine_fault`) fails the run the same way instead of being recorded as per-item ASR failures.
+loaded"), although it counts the GPU. `cs3_tasks.asr.runners.check_asr_device` loads the run's model on its
+device and encodes one second of silence there; a failure is one `AsrDeviceError` (`device_refusal`: the
+missing library, the CUDA the engine needs and the ways out), raised before anything is transcribed or
+written. A machine fault later in a run (`is_machine_fault`) fails the run the same way instead of being
+recorded as per-item ASR failures.
 
 pip's CUDA 12 libraries (``nvidia-cublas-cu12``, ``nvidia-cudnn-cu12``) install into site-packages, where the
 dynamic loader does not look; faster-whisper on a GPU runs in a child process (cs3_tasks.asr.process) started
@@ -19,13 +20,12 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from cs3_tasks.asr.config import AsrConfig, AsrModelError
+from cs3_tasks.asr.config import AsrModelError
 from cs3_tasks.core.refusal import Refusal
 
 # pip distributions of the CUDA 12 libraries CTranslate2 4.x loads, and their folders in site-packages/nvidia
@@ -41,64 +41,10 @@ MACHINE_FAULT = re.compile(
     re.IGNORECASE,
 )
 
-_CHECKED: dict[tuple[str, str, str], dict[str, str]] = {}
-_CHECKED_LOCK = threading.Lock()
-
 
 class AsrDeviceError(AsrModelError, Refusal):
     """The ASR engine cannot run on the requested device (a missing CUDA library, a driver too old): a run
     refused as a whole (one line, exit 2), never a clip's failure."""
-
-
-def check_asr_device(config: AsrConfig) -> dict[str, str]:
-    """Load ``config``'s model on its device and encode one window there, once per process and model: the
-    CUDA libraries it runs with (`loaded_cuda_libraries`; {} on a CPU, where nothing is tried). AsrDeviceError
-    naming the cause and the ways out when the engine cannot run there; AsrModelError when the model cannot
-    be loaded at all."""
-    from cs3_tasks.asr.convert import convert_if_offline
-    from cs3_tasks.asr.device import asr_device
-    from cs3_tasks.asr.offline import join_if_offline
-    from cs3_tasks.asr.runners import cached_runner
-
-    resolved = config.resolved()
-    device = asr_device(resolved.device, str(resolved.backend))
-    if device == "cpu":
-        return {}
-    backend = str(resolved.backend)
-    model = convert_if_offline(join_if_offline(str(resolved.model)))
-    key = (backend, model, device)
-    with _CHECKED_LOCK:
-        if key in _CHECKED:
-            return _CHECKED[key]
-    try:
-        runner = cached_runner(backend, model, device)
-        libraries = runner.probe()
-    except AsrDeviceError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the engine's own error, named in the refusal
-        if isinstance(exc, AsrModelError) and not is_machine_fault(exc):
-            raise
-        raise AsrDeviceError(device_refusal(backend, device, exc)) from None
-    with _CHECKED_LOCK:
-        _CHECKED[key] = dict(libraries)
-    return _CHECKED[key]
-
-
-def default_device_note(config: AsrConfig) -> str | None:
-    """What a user on a GPU machine who chose no ASR device is told (None elsewhere): the ASR runs on the CPU,
-    and why."""
-    from cs3_tasks.asr.device import DEVICE_ENV, cuda_device_count
-
-    if config.device or os.environ.get(DEVICE_ENV):
-        return None
-    backend = str(config.resolved().backend)
-    if cuda_device_count(backend) == 0:
-        return None
-    return (
-        "note: ASR runs on the CPU (the default: the benchmark's portable transcripts, README's numbers); "
-        "this machine has a GPU: --asr-device cuda is faster, its float16 transcripts are this machine's "
-        "(docs/gpu.md)"
-    )
 
 
 def is_machine_fault(exc: BaseException) -> bool:

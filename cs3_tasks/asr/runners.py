@@ -1,4 +1,5 @@
-"""What a loaded ASR model offers (Runner protocols), and the models loaded once per process."""
+"""What a loaded ASR model offers (Runner protocols), the models loaded once per process, and the check that
+a model runs on the device asked for."""
 
 from __future__ import annotations
 
@@ -6,10 +7,11 @@ import threading
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from cs3_tasks.asr.config import check_backend, default_backend, default_model
+from cs3_tasks.asr.config import AsrConfig, AsrModelError, check_backend, default_backend, default_model
 from cs3_tasks.asr.convert import convert_if_offline
 from cs3_tasks.asr.device import asr_device
 from cs3_tasks.asr.faster_whisper import FasterWhisperRunner
+from cs3_tasks.asr.gpu import AsrDeviceError, device_refusal, is_machine_fault
 from cs3_tasks.asr.offline import join_if_offline
 from cs3_tasks.asr.openai_whisper import OpenAIWhisperRunner
 from cs3_tasks.asr.process import FasterWhisperProcess, runs_in_own_process
@@ -42,6 +44,7 @@ class PackingRunner(BatchRunner, Protocol):
 
 _RUNNERS: dict[tuple[str, str, str, str], Runner] = {}
 _RUNNERS_LOCK = threading.Lock()
+_CHECKED: dict[tuple[str, str, str], dict[str, str]] = {}  # (backend, model, device) -> CUDA libraries
 
 
 def load_runner(backend: str | None = None, model: str | None = None, device: str | None = None) -> Runner:
@@ -50,6 +53,33 @@ def load_runner(backend: str | None = None, model: str | None = None, device: st
     check_backend(backend)
     model_name = convert_if_offline(join_if_offline(model or default_model(backend)))
     return cached_runner(backend, model_name, asr_device(device, backend))
+
+
+def check_asr_device(config: AsrConfig) -> dict[str, str]:
+    """Load ``config``'s model on its device and encode one second of silence there (the runner's ``probe``),
+    once per process and model: the CUDA libraries it runs with (`gpu.loaded_cuda_libraries`; {} on a CPU,
+    where nothing is tried). AsrDeviceError naming the cause and the ways out (`gpu.device_refusal`) when the
+    engine cannot run there; AsrModelError when the model cannot be loaded at all."""
+    resolved = config.resolved()
+    backend = str(resolved.backend)
+    device = asr_device(resolved.device, backend)
+    if device == "cpu":
+        return {}
+    key = (backend, convert_if_offline(join_if_offline(str(resolved.model))), device)
+    with _RUNNERS_LOCK:
+        if key in _CHECKED:
+            return _CHECKED[key]
+    try:
+        libraries = dict(cached_runner(*key).probe())
+    except AsrDeviceError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the engine's own error, named in the refusal
+        if isinstance(exc, AsrModelError) and not is_machine_fault(exc):
+            raise
+        raise AsrDeviceError(device_refusal(backend, device, exc)) from None
+    with _RUNNERS_LOCK:
+        _CHECKED[key] = libraries
+    return libraries
 
 
 def cached_runner(backend: str, model_name: str, device: str = "cpu") -> Runner:

@@ -36,8 +36,7 @@ from typing import Any
 
 from lm_eval.api.registry import register_model
 
-from cs3_tasks.asr import AsrConfig, transcribe_batch
-from cs3_tasks.asr.gpu import check_asr_device
+from cs3_tasks.asr import AsrConfig, check_asr_device, transcribe_batch
 from cs3_tasks.build.offline_llm import offline_llm_checkpoint
 from cs3_tasks.build.tts import default_backend, synthesize
 from cs3_tasks.core.chat_api import RetryPolicy, chat, chat_url

@@ -7,8 +7,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cs3_tasks import asr as asr_module
-from cs3_tasks.asr import AsrConfig, AsrModelError, asr_device, default_backend
-from cs3_tasks.asr.gpu import check_asr_device, default_device_note
+from cs3_tasks.asr import (
+    AsrConfig,
+    AsrModelError,
+    asr_device,
+    check_asr_device,
+    default_backend,
+    default_device_note,
+)
 from cs3_tasks.judge import JudgeConfigError, judge_config_from_options, option_value
 from cs3_tasks.scoring.protocols import Protocol, protocol_for, reference
 from cs3_tasks.scoring.records import ASR_LANGUAGE_HINT, DEFAULT_PROTOCOL
