@@ -180,3 +180,33 @@ def test_the_cascade_asked_for_a_gpu_that_cannot_run_refuses_when_it_loads(tmp_p
         result.stderr
     )
     assert "libcublas.so.12" in result.stdout and not (tmp_path / "out").exists()
+
+
+def test_pips_cuda_12_libraries_are_found_and_named_by_package(tmp_path):
+    """An installed nvidia-cublas-cu12 (a distribution with its RECORD, as pip leaves it): its lib folder goes
+    on the GPU child's LD_LIBRARY_PATH, and a library loaded from it is named by package and version."""
+    site = tmp_path / "site"
+    lib = site / "nvidia" / "cublas" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libcublas.so.12").write_bytes(b"")
+    info = site / "nvidia_cublas_cu12-12.4.5.8.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nvidia-cublas-cu12\nVersion: 12.4.5.8\n")
+    (info / "RECORD").write_text("nvidia/cublas/lib/libcublas.so.12,,\n")
+    code = (
+        "import json\n"
+        "from cs3_tasks.asr import gpu, process\n"
+        "env = process.child_environment({'LD_LIBRARY_PATH': '/opt/mine'}, device='cuda')\n"
+        f"maps = '7f00-7f01 r-xp 0 08:01 1 {lib}/libcublas.so.12'\n"
+        "print(json.dumps([env['LD_LIBRARY_PATH'], gpu.loaded_cuda_libraries(maps)]))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)])},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    path, named = json.loads(result.stdout)
+    assert path.split(os.pathsep) == [str(lib), "/opt/mine"], result.stderr
+    assert named == {"libcublas.so.12": "nvidia-cublas-cu12 12.4.5.8"}

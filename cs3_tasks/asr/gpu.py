@@ -28,8 +28,8 @@ from typing import Any
 from cs3_tasks.asr.config import AsrModelError
 from cs3_tasks.core.refusal import Refusal
 
-# pip distributions of the CUDA 12 libraries CTranslate2 4.x loads, and their folders in site-packages/nvidia
-CUDA12_PACKAGES = {"nvidia-cublas-cu12": "cublas", "nvidia-cudnn-cu12": "cudnn"}
+# pip distributions of the CUDA 12 libraries CTranslate2 4.x loads
+CUDA12_PACKAGES = ("nvidia-cublas-cu12", "nvidia-cudnn-cu12")
 # the shared libraries that identify a CUDA stack (their file names, as the loader maps them)
 CUDA_LIBRARY = re.compile(r"lib(cublas|cublasLt|cudnn|cudart|nvrtc)(_\w+)?\.so(\.\d+)*$")
 # the texts of errors that are the machine's, not a clip's: a library that cannot be loaded, a driver
@@ -82,20 +82,7 @@ def device_refusal(backend: str, device: str, exc: BaseException) -> str:
 
 def pip_cuda_library_dirs() -> list[str]:
     """The ``lib`` folders of pip's CUDA 12 libraries (CUDA12_PACKAGES) where they are installed."""
-    found = []
-    for distribution, folder in CUDA12_PACKAGES.items():
-        try:
-            files = metadata.distribution(distribution).files or []
-        except metadata.PackageNotFoundError:
-            continue
-        for file in files:
-            parts = Path(str(file)).parts
-            if parts[:3] == ("nvidia", folder, "lib"):
-                lib = Path(str(file.locate())).parent
-                if lib.is_dir() and str(lib) not in found:
-                    found.append(str(lib))
-                break
-    return found
+    return [lib for lib, owner in _pip_library_owners().items() if owner.split()[0] in CUDA12_PACKAGES]
 
 
 def library_path_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -150,8 +137,9 @@ def _pip_library_owners() -> dict[str, str]:
             continue
         for file in distribution.files or []:
             parts = Path(str(file)).parts
-            if len(parts) >= 3 and parts[0] == "nvidia" and parts[2] == "lib":
-                owners.setdefault(str(Path(str(file.locate())).parent), f"{name} {distribution.version}")
+            if len(parts) >= 4 and parts[0] == "nvidia" and parts[2] == "lib":
+                lib = Path(str(file.locate())).parent
+                owners.setdefault(str(lib), f"{name.lower()} {distribution.version}")
     return owners
 
 
