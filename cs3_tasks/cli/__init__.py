@@ -8,8 +8,10 @@ imported, and heavy imports (torch, whisper, lm-eval) stay inside functions, so 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import sys
+from collections.abc import Callable
 
 from cs3_tasks import __version__
 from cs3_tasks.core.refusal import Refusal
@@ -64,11 +66,22 @@ def main(argv: list[str] | None = None) -> int:
             module.add_arguments(p)
             p.set_defaults(func=module.run)
     args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except Refusal as refusal:  # a run that cannot start as asked: one line naming the fix, no traceback
-        print(f"error: {refusal}", file=sys.stderr)
-        return 2
+    return refusals_said(args.func)(args)
+
+
+def refusals_said(run: Callable[[argparse.Namespace], int | None]) -> Callable[[argparse.Namespace], int]:
+    """``run`` (a subcommand's), with the one handler of a refused run (`Refusal`): one line naming the
+    cause on stderr, its exit code (2), no traceback."""
+
+    @functools.wraps(run)
+    def said(args: argparse.Namespace) -> int:
+        try:
+            return int(run(args) or 0)
+        except Refusal as refusal:
+            print(f"error: {refusal}", file=sys.stderr)
+            return refusal.exit_code
+
+    return said
 
 
 def _version() -> str:

@@ -346,15 +346,21 @@ class RecordsFile:
         retryable: Sequence[str] = RETRYABLE_ERRORS,
         label: str = "",
         doc_fields: Sequence[str] | None = None,
+        recorded_keys: Mapping[str, str | None] | None = None,
     ) -> list[dict]:
         """Score what is pending with ``score(docs, outputs, on_record)``, appending each final record with
         its `input_key` (``doc_fields``: the doc fields scoring reads; None: all); returns every record, one
-        per id: docs in order, then unknown ids (after `open`)."""
+        per id: docs in order, then unknown ids (after `open`). ``recorded_keys`` (a re-score of recorded
+        results): each record keeps the key it was recorded with, and every item is scored again (nothing
+        is heard or asked, and a record of this dir must never stand for the one being verified)."""
         doc_ids = [doc_id(d) for d in docs]
         by_id = dict(zip(doc_ids, docs))
         order = doc_ids + [q for q in outputs if q not in by_id]
-        keys = {q: input_key(by_id.get(q), outputs.get(q), doc_fields) for q in order}
-        pending = self.pending(order, outputs, keys, retryable)
+        if recorded_keys is None:
+            keys = {q: input_key(by_id.get(q), outputs.get(q), doc_fields) for q in order}
+            pending = self.pending(order, outputs, keys, retryable)
+        else:
+            keys, pending = {q: recorded_keys.get(q) for q in order}, set(order)
         print(
             f"{label}: {len(order)} items, {len(order) - len(pending)} already scored, "
             f"{len(pending)} to score",
