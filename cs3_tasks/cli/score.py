@@ -93,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         )
     with ExitStack() as held:
         try:
+            engines.check_systems([folder])
             outcome = score_outputs(
                 ScoreJob(folder, args.out, args.set_name or "all", model_name=args.model_name, **common),
                 engines,

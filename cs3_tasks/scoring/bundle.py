@@ -142,6 +142,7 @@ def record_checks(set_name: str, protocol: str) -> dict[str, Check]:
     checks: dict[str, Check] = {
         "qid": text,
         "set": one_of([set_name]),
+        "protocol": one_of([*PROTOCOLS, None]),
         **dict.fromkeys(TEXT_FIELDS, text_or_null),
         "audio": audio_label,
         "psr_recognised": count_or_null,

@@ -74,9 +74,14 @@ class RecordedEngines:
         return str(bundle.bundle_settings(self.root, folder, self.sets(folder)[0])["model"])
 
     def check_systems(self, folders: Sequence[Path]) -> None:
+        """The whole bundle checked before anything is written (a bundle is verified whole: one bad field
+        refuses it, exit 2): every folder inside it, one system each, every set's inputs."""
         for folder in folders:
             bundle.inside(self.root, folder)
         bundle.distinct_systems(folders, self.model_of)
+        for folder in folders:
+            for set_name in self.sets(folder):
+                self.inputs(ScoreJob(folder, folder), set_name)
 
     def inputs(self, job: ScoreJob, set_name: str) -> SetInputs:
         folder = Path(job.outputs)
