@@ -409,3 +409,30 @@ def test_demo_responses_are_what_the_script_makes(tmp_path):
     )
     total = sum(f.stat().st_size for f in bundled.rglob("*") if f.is_file())
     assert total < 10_000_000
+
+
+def test_the_run_settings_are_resolved_once_per_run(utils, monkeypatch):
+    """lm-eval's hooks (loaders, filters, the judge, protocol, ASR and settings helpers) share one resolved
+    ScoringSettings per run: the options are checked and the authors' prompts read once, not at each hook."""
+    calls = []
+    resolve = utils.settings_from_options
+
+    def counted(settings, **kwargs):
+        calls.append(kwargs)
+        return resolve(settings, **kwargs)
+
+    monkeypatch.setattr(utils, "settings_from_options", counted)
+    monkeypatch.setattr(utils, "RUN", LmEvalRun())
+    settings = utils.RUN.load_task({"judge": "none", "protocol": "cs3"})
+    resolved = utils.scoring_settings_of(settings)
+    assert utils.scoring_settings_of(dict(settings)) is resolved
+    assert utils.judge_config(settings) is None and utils.protocol(settings) == "cs3"
+    assert utils.asr_config(settings) is resolved.asr
+    assert utils.scoring_settings(settings, "knowledge")["protocol"] == "cs3"
+    assert len(calls) == 1
+    utils.RUN.put_records("audio", "knowledge", [])  # the filters ran: the next loader starts a new run
+    utils.RUN.put_records("audio", "knowledge", [{"qid": "x"}])
+    utils.scoring_settings_of(utils.RUN.load_task({"judge": "none", "protocol": "cs3"}))
+    assert len(calls) == 2
+    monkeypatch.setenv("CS3_ASR_MODEL", "another")  # what the resolution reads changed: resolved again
+    assert utils.scoring_settings_of(settings) is not resolved and len(calls) == 3
