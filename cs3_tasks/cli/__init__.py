@@ -11,7 +11,8 @@ import argparse
 import functools
 import importlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from cs3_tasks import __version__
 from cs3_tasks.core.refusal import Refusal
@@ -67,6 +68,23 @@ def main(argv: list[str] | None = None) -> int:
             p.set_defaults(func=module.run)
     args = parser.parse_args(argv)
     return refusals_said(args.func)(args)
+
+
+@contextmanager
+def refusing(*causes: type[Exception]) -> Iterator[None]:
+    """The errors a user can cause (``causes``: bad input, a file that cannot be read or written) as a
+    `Refusal`, said by the one handler (`refusals_said`): one line naming the item and the cause. An
+    OSError of the system (one with an errno) names its path (`run.file_system_error`)."""
+    try:
+        yield
+    except Refusal:
+        raise
+    except causes as exc:
+        if isinstance(exc, OSError) and exc.errno is not None:
+            from cs3_tasks.scoring.run import file_system_error
+
+            raise file_system_error(exc) from None
+        raise Refusal(str(exc)) from None
 
 
 def refusals_said(run: Callable[[argparse.Namespace], int | None]) -> Callable[[argparse.Namespace], int]:

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from cs3_tasks import judge
+from cs3_tasks.cli import refusing
 from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.text import valid_text
 from cs3_tasks.report import leaderboard as report
@@ -37,11 +38,10 @@ from cs3_tasks.scoring.run import (
     Engines,
     FileSystemError,
     ScoreJob,
-    file_system_error,
     score_outputs,
 )
 from cs3_tasks.scoring.settings import ScoringError
-from cs3_tasks.scoring.store import ResultDirBusy, result_dir_lock
+from cs3_tasks.scoring.store import result_dir_lock
 
 MODELS_FILE = "models.json"
 CS_VS_EN_FILE = "cs_vs_en.md"  # the code-switched vs English table of every model
@@ -225,36 +225,24 @@ def score_root(job: ModelsJob, engines: Engines) -> int:
     recorded: ``--from-results``): the exit code of `overall_exit_code`, or 2 on bad input (no model folder,
     ``out`` is ``root``, ``out`` busy, two folders of one system)."""
     root, out = Path(job.root), Path(job.out)
-    try:
-        if out.resolve() == root.resolve():
-            raise ScoringError(
-                f"--out {out} is --outputs-root: the result dirs would go into the model folders; "
-                "choose another --out"
-            )
+    if out.resolve() == root.resolve():
+        raise ScoringError(
+            f"--out {out} is the folder scored: the result dirs would go into the model folders; "
+            "choose another --out"
+        )
+    with refusing(FileNotFoundError):
         models, skipped = find_models(root, engines, out)
-        check_result_names(models, out)
-        if not models:
-            listed = f" (skipped: {', '.join(skipped)})" if skipped else ""
-            raise ScoringError(
-                f"no model folder in {root}: expected one folder per model holding {engines.holds[1]}{listed}"
-            )
+    check_result_names(models, out)
+    if not models:
+        listed = f" (skipped: {', '.join(skipped)})" if skipped else ""
+        raise ScoringError(
+            f"no model folder in {root}: expected one folder per model holding {engines.holds[1]}{listed}"
+        )
+    # RESULTS read-only or full: one line (each model's files are kept); busy: a refusal (`ResultDirBusy`)
+    with ExitStack() as held, refusing(OSError):
         engines.check_systems(models)
-    except (ScoringError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    with ExitStack() as held:
-        try:  # two runs on one RESULTS would interleave models.json and the leaderboard
-            held.enter_context(result_dir_lock(out, wait=job.wait))
-            return score_models(job, engines, models, skipped)
-        except ResultDirBusy as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        except OSError as exc:  # RESULTS read-only or full: one line; each model's files are kept
-            print(f"error: {file_system_error(exc)}", file=sys.stderr)
-            return 2
-        except FileSystemError as exc:  # a model's files or a cache: the others would fail alike
-            print(f"error: {exc}", file=sys.stderr)
-            return exc.exit_code
+        held.enter_context(result_dir_lock(out, wait=job.wait))  # models.json and the leaderboard: one run
+        return score_models(job, engines, models, skipped)
 
 
 def score_models(job: ModelsJob, engines: Engines, models: Sequence[Path], skipped: Mapping[str, str]) -> int:

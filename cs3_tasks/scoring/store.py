@@ -11,6 +11,7 @@ from typing import Any
 
 from cs3_tasks.core.audio import AudioError, content_hash
 from cs3_tasks.core.cache import atomic_write, json_text, stable_key
+from cs3_tasks.core.refusal import Refusal
 from cs3_tasks.scoring.outputs import (
     ModelOutput,
     audio_label,
@@ -22,8 +23,8 @@ class SettingsMismatchError(ValueError):
     """The records in a result dir were made with other settings than this run's."""
 
 
-class ResultDirBusy(RuntimeError):
-    """Another run holds the result dir's lock."""
+class ResultDirBusy(Refusal, RuntimeError):
+    """Another run holds the result dir's lock: a refusal (exit 2)."""
 
 
 LOCK_FILE = ".cs3-bench.lock"
