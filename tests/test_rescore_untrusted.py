@@ -109,6 +109,11 @@ def test_an_untampered_bundle_is_reproduced_by_the_one_run(bundle, tmp_path, cap
         if path.is_file() and name.name not in ("models.json",):
             assert (out / name).read_bytes() == path.read_bytes(), name
     assert (out / "cs_vs_en.md").is_file() and (out / "demo-strong" / LOCK_FILE).is_file()  # the run's lock
+    again = {p: p.read_bytes() for p in out.rglob("*.json*")}
+    assert (
+        rescore(bundle, out, capsys)[0] == 0
+    )  # once more into the same OUT: the same system, the same files
+    assert {p: p.read_bytes() for p in out.rglob("*.json*")} == again
 
 
 def test_out_holding_another_systems_results_is_refused_and_kept(bundle, tmp_path, capsys):

@@ -1,4 +1,10 @@
-"""Scoring one outputs dir into a result dir (``cs3-bench score --outputs``): every set, resumable."""
+"""The one run: one folder scored into a result dir, every set, resumable (``cs3-bench score``).
+
+What hears and judges is given to the run (`Engines`): `LiveEngines` read an outputs dir and run the ASR and
+the judge of the run's `ScoringSettings`; `recorded.RecordedEngines` read a published result dir and answer
+from its records (``--from-results``). Either way the run is the same: the result dir's lock, the store (the
+refusal to write over another system's results, the settings check), the pipeline, the summaries, and one rule
+for the exit code (`scoring_outcome`)."""
 
 from __future__ import annotations
 
