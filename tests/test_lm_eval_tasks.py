@@ -436,3 +436,39 @@ def test_the_run_settings_are_resolved_once_per_run(utils, monkeypatch):
     assert len(calls) == 2
     monkeypatch.setenv("CS3_ASR_MODEL", "another")  # what the resolution reads changed: resolved again
     assert utils.scoring_settings_of(settings) is not resolved and len(calls) == 3
+
+
+def test_the_hooks_model_list_is_pyprojects_entry_points():
+    """The models the start-up hook registers are the ones pyproject's lm_eval.models entry points name,
+    each from the module its entry point names (two lists, one content)."""
+    tomllib = pytest.importorskip("tomllib")
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text("utf-8"))
+    entry_points = pyproject["project"]["entry-points"]["lm_eval.models"]
+    assert {name: target.split(":")[0] for name, target in entry_points.items()} == lm_eval_hook.MODEL_MODULES
+
+
+@pytest.mark.parametrize(
+    ("arguments", "ours"),
+    [
+        (["-m", "lm_eval", "--model", "cs3-precomputed", "--tasks", "cs3"], True),
+        (["-m", "lm_eval", "--model", "hf", "--tasks=mmlu,cs3_knowledge"], True),
+        (["-m", "lm_eval", "--model", "hf", "--tasks", "mmlu"], False),
+        (["train.py", "--epochs", "3"], False),
+    ],
+)
+def test_the_launcher_is_changed_for_cs3_launches_only(arguments, ours):
+    """torch's elastic launcher exits 2 when every process refused a cs3 run; any other torchrun in the
+    environment fails as torch makes it fail."""
+    import types
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    def refused(config, entrypoint, args):
+        failures = {0: ProcessFailure(0, 1, 2, "/nonexistent"), 1: ProcessFailure(1, 2, -15, "/nonexistent")}
+        raise ChildFailedError("lm_eval", failures)
+
+    launcher = types.SimpleNamespace(launch_agent=refused)
+    lm_eval_hook.patch_launcher(launcher)
+    assert lm_eval_hook.is_cs3_launch(arguments) is ours
+    with pytest.raises(SystemExit if ours else ChildFailedError):
+        launcher.launch_agent(None, "python", arguments)
