@@ -335,3 +335,18 @@ def test_a_tampered_model_of_a_folder_is_not_reproduced_and_the_run_says_which(b
         models["demo-weak"]["exit_code"] == NOT_REPRODUCED and "open_ended: " in models["demo-weak"]["error"]
     )
     assert models["demo-strong"]["exit_code"] == 0
+
+
+def test_records_without_an_input_key_are_reproduced_as_they_are(bundle, tmp_path, capsys):
+    """Records written by lm-eval (``cs3-bench demo``) carry no input_key and a variant: kept as recorded."""
+    for set_name in SETS_SCORED:
+        records = records_of(bundle / "demo-strong", set_name)
+        for record in records:
+            del record["input_key"]
+            record["variant"] = "audio"
+        write_records(bundle / "demo-strong", set_name, records)
+    code, err = rescore(bundle / "demo-strong", tmp_path / "out", capsys)
+    assert code == 0, err
+    for set_name in SETS_SCORED:
+        name = f"{set_name}.records.jsonl"
+        assert (tmp_path / "out" / name).read_bytes() == (bundle / "demo-strong" / name).read_bytes()

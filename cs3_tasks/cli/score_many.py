@@ -95,6 +95,8 @@ def find_models(root: Path, engines: Engines, out: Path | None = None) -> tuple[
             continue
         if engines.sets(folder):
             models.append(folder)
+        elif folder.name in result_files():  # a results folder's own (its report): not a model's
+            continue
         else:
             skipped[model_name(folder)] = "no {} of any set ({})".format(*engines.holds)
     return models, skipped

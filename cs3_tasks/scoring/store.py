@@ -367,12 +367,19 @@ class RecordsFile:
             f"{len(pending)} to score",
             file=sys.stderr,
         )
+
+        def keyed(record: dict) -> dict:
+            key = keys.get(record["qid"])
+            if key is None and recorded_keys is not None:  # recorded without one: kept without one
+                return record
+            return {**record, INPUT_KEY: key}
+
         with self.appender() as append:
             if pending:
                 score(
                     [d for d in docs if doc_id(d) in pending],
                     [o for q, o in outputs.items() if q in pending],
-                    lambda record: append({**record, INPUT_KEY: keys.get(record["qid"])}),
+                    lambda record: append(keyed(record)),
                 )
         return self.finish(order)
 
