@@ -73,9 +73,10 @@ def file_system_error(exc: OSError) -> FileSystemError:
 
 @dataclass(frozen=True)
 class ScoreJob:
-    """One outputs dir to score into one result dir: which sets ("all": every set the dir holds), the
-    model's name (default: the outputs dir's name) and how the run goes (restart, wait for the lock,
-    progress bars)."""
+    """One folder to score into one result dir (``outputs``: an outputs dir, or with recorded engines a
+    result dir): which sets ("all": every set the folder holds), the model's name (live engines; default:
+    the outputs dir's name; recorded ones take the name their settings record) and how the run goes
+    (restart, wait for the lock, progress bars)."""
 
     outputs: Path
     out: Path
@@ -108,9 +109,10 @@ class ScoreJob:
 
 @dataclass(frozen=True)
 class ScoreOutcome:
-    """How `score_outputs` ended: exit code 0 (scored) or 3 (most judge verdicts failed, or most items of a
-    set have no response on a channel: the summaries are written but incomplete, ``message`` says so), and
-    the sets scored."""
+    """How `score_outputs` ended (`scoring_outcome`): exit code 0 (scored), 3 (most judge verdicts failed,
+    or most items of a set have no response on a channel: the summaries are written but incomplete) or
+    `NOT_REPRODUCED` (a re-score's summaries differ from the bundle's), ``message`` says why; and the sets
+    scored."""
 
     exit_code: int
     sets: tuple[str, ...]
