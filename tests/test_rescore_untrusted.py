@@ -350,3 +350,20 @@ def test_records_without_an_input_key_are_reproduced_as_they_are(bundle, tmp_pat
     for set_name in SETS_SCORED:
         name = f"{set_name}.records.jsonl"
         assert (tmp_path / "out" / name).read_bytes() == (bundle / "demo-strong" / name).read_bytes()
+
+
+@pytest.mark.parametrize("option", [["--asr-model", "large-v3"], ["--protocol", "reference"], ["--no-judge"]])
+def test_a_run_option_that_would_not_count_is_refused(bundle, tmp_path, capsys, option):
+    """A re-score uses the bundle's own settings: an ASR, judge or protocol option is refused, not ignored."""
+    argv = [
+        "score",
+        "--from-results",
+        str(bundle),
+        "--out",
+        str(tmp_path / "out"),
+        "--dataset",
+        "demo",
+        *option,
+    ]
+    line = refused(cli.main(argv), capsys.readouterr().err, option[0], "would not be used")
+    assert "--dataset" not in line and not (tmp_path / "out").exists()

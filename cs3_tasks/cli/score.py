@@ -9,7 +9,7 @@ from pathlib import Path
 from cs3_tasks.cli import refusals_said
 from cs3_tasks.cli import score_many as many
 from cs3_tasks.core.data import SETS
-from cs3_tasks.scoring.options import SCORE, add_run_options
+from cs3_tasks.scoring.options import SCORE, add_run_options, options_of
 from cs3_tasks.scoring.recorded import RecordedEngines
 from cs3_tasks.scoring.run import Engines, LiveEngines, ScoreJob, file_system_error, score_outputs
 from cs3_tasks.scoring.settings import ScoringError, settings_from_options
@@ -110,6 +110,16 @@ def _engines(args: argparse.Namespace) -> tuple[Engines, Path, bool]:
     """The run's engines (live: the ASR and judge of the options, checked before any work; recorded: the
     result dirs' own), the folder they score, and whether it is a folder of one folder per model."""
     if args.from_results is not None:
+        given = [
+            o.flag
+            for o in options_of(SCORE)
+            if o.key != "dataset" and getattr(args, o.key) not in (None, False)
+        ]
+        if given:  # the bundle's own settings are the run's: an option that would not count is refused
+            raise ScoringError(
+                f"--from-results scores with the settings the results were made with: {', '.join(given)} "
+                "would not be used (drop it; to score under other settings, score the outputs again)"
+            )
         source = Path(args.from_results)
         if not source.is_dir():
             raise ScoringError(f"--from-results {source} is not a folder")
