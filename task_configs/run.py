@@ -8,7 +8,9 @@ holds what crosses those phases:
   passed explicitly to whatever needs them (``utils.judge_config(settings)``, the ASR config);
 * ``records``: (variant, set) -> the compact records of a task, put by its filter, read by the cs-vs-en
   aggregations of the English twin;
-* one summary per (kind, record content), so that the many aggregations of a task summarise once.
+* one summary per (kind, record content), so that the many aggregations of a task summarise once;
+* the run's settings resolved (`ScoringSettings`: protocol, ASR, judge, the authors' prompts read from their
+  scripts) once per run, by the first loader, filter or aggregation that asks (`LmEvalRun.resolved`).
 
 Lifetime: a run starts with the first task loader after the previous run's filters (`LmEvalRun.load_task`),
 so records of an earlier run in the same process (e.g. the previous ``cs3-bench demo`` system) never leak
@@ -18,6 +20,7 @@ into this run's comparison. The single instance `RUN` lives in this module, impo
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -38,6 +41,7 @@ class LmEvalRun:
         self.settings: dict[str, Any] = dict(settings or {})
         self.records: dict[tuple[str, str], list[dict]] = {}
         self._summaries: dict[str, dict] = {}
+        self._resolved: dict[tuple[str, bool], Any] = {}
         # how this run is scored (protocol, judge, comparable_to_paper, notes): lm-eval's results carry it
         self.note: dict[str, Any] | None = None
 
@@ -46,8 +50,28 @@ class LmEvalRun:
         if self.records:  # the previous run's filters ran: this loader belongs to a new run
             self.records.clear()
             self._summaries.clear()
+            self._resolved.clear()
         self.settings = check_metadata(metadata)  # every key and value checked as the command line checks it
         return self.settings
+
+    def resolved(
+        self, settings: Mapping[str, Any], resolve: Callable[..., Any], *, reference_prompts: bool = True
+    ):
+        """``resolve(settings, reference_prompts=...)`` (`settings_from_options`), once per run for the same
+        settings and environment (a judge's key, ``$CS3_*``: what the resolution reads): every loader, filter
+        and helper of the run gets the same object, the authors' prompts read once. A resolution with the
+        prompts serves a caller that needs none (``reference_prompts=False``: the conversation scorer)."""
+
+        key = stable_key(dict(settings), sorted(os.environ.items()))
+        for flag in (True,) if reference_prompts else (True, False):
+            if (key, flag) in self._resolved:
+                return self._resolved[(key, flag)]
+        if len(self._resolved) >= _MAX_SUMMARIES:
+            self._resolved.clear()
+        found = self._resolved[(key, reference_prompts)] = resolve(
+            settings, reference_prompts=reference_prompts
+        )
+        return found
 
     def describe(self, note: Mapping[str, Any]) -> None:
         self.note = dict(note)

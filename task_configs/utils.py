@@ -73,8 +73,8 @@ def scoring_settings_of(settings: Mapping[str, Any], *, reference_prompts: bool 
     judge, whose missing key stops the run here with the CLI's message in metadata words (or ``"judge":
     "none"``). MetadataError "cs3 --metadata: ..." naming the cause, before the model generates anything."""
 
-    try:
-        return settings_from_options(settings, reference_prompts=reference_prompts)
+    try:  # resolved once per run (`LmEvalRun.resolved`), however many hooks ask
+        return RUN.resolved(settings, settings_from_options, reference_prompts=reference_prompts)
     except ScoringError as exc:  # the command line's refusal, in the words of --metadata
         raise MetadataError(f"cs3 --metadata: {in_metadata_words(str(exc))}") from None
 

@@ -409,3 +409,66 @@ def test_demo_responses_are_what_the_script_makes(tmp_path):
     )
     total = sum(f.stat().st_size for f in bundled.rglob("*") if f.is_file())
     assert total < 10_000_000
+
+
+def test_the_run_settings_are_resolved_once_per_run(utils, monkeypatch):
+    """lm-eval's hooks (loaders, filters, the judge, protocol, ASR and settings helpers) share one resolved
+    ScoringSettings per run: the options are checked and the authors' prompts read once, not at each hook."""
+    calls = []
+    resolve = utils.settings_from_options
+
+    def counted(settings, **kwargs):
+        calls.append(kwargs)
+        return resolve(settings, **kwargs)
+
+    monkeypatch.setattr(utils, "settings_from_options", counted)
+    monkeypatch.setattr(utils, "RUN", LmEvalRun())
+    settings = utils.RUN.load_task({"judge": "none", "protocol": "cs3"})
+    resolved = utils.scoring_settings_of(settings)
+    assert utils.scoring_settings_of(dict(settings)) is resolved
+    assert utils.judge_config(settings) is None and utils.protocol(settings) == "cs3"
+    assert utils.asr_config(settings) is resolved.asr
+    assert utils.scoring_settings(settings, "knowledge")["protocol"] == "cs3"
+    assert len(calls) == 1
+    utils.RUN.put_records("audio", "knowledge", [])  # the filters ran: the next loader starts a new run
+    utils.RUN.put_records("audio", "knowledge", [{"qid": "x"}])
+    utils.scoring_settings_of(utils.RUN.load_task({"judge": "none", "protocol": "cs3"}))
+    assert len(calls) == 2
+    monkeypatch.setenv("CS3_ASR_MODEL", "another")  # what the resolution reads changed: resolved again
+    assert utils.scoring_settings_of(settings) is not resolved and len(calls) == 3
+
+
+def test_the_hooks_model_list_is_pyprojects_entry_points():
+    """The models the start-up hook registers are the ones pyproject's lm_eval.models entry points name,
+    each from the module its entry point names (two lists, one content)."""
+    tomllib = pytest.importorskip("tomllib")
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text("utf-8"))
+    entry_points = pyproject["project"]["entry-points"]["lm_eval.models"]
+    assert {name: target.split(":")[0] for name, target in entry_points.items()} == lm_eval_hook.MODEL_MODULES
+
+
+@pytest.mark.parametrize(
+    ("arguments", "ours"),
+    [
+        (["-m", "lm_eval", "--model", "cs3-precomputed", "--tasks", "cs3"], True),
+        (["-m", "lm_eval", "--model", "hf", "--tasks=mmlu,cs3_knowledge"], True),
+        (["-m", "lm_eval", "--model", "hf", "--tasks", "mmlu"], False),
+        (["train.py", "--epochs", "3"], False),
+    ],
+)
+def test_the_launcher_is_changed_for_cs3_launches_only(arguments, ours):
+    """torch's elastic launcher exits 2 when every process refused a cs3 run; any other torchrun in the
+    environment fails as torch makes it fail."""
+    import types
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    def refused(config, entrypoint, args):
+        failures = {0: ProcessFailure(0, 1, 2, "/nonexistent"), 1: ProcessFailure(1, 2, -15, "/nonexistent")}
+        raise ChildFailedError("lm_eval", failures)
+
+    launcher = types.SimpleNamespace(launch_agent=refused)
+    lm_eval_hook.patch_launcher(launcher)
+    assert lm_eval_hook.is_cs3_launch(arguments) is ours
+    with pytest.raises(SystemExit if ours else ChildFailedError):
+        launcher.launch_agent(None, "python", arguments)

@@ -124,3 +124,27 @@ def test_refusals_for_the_command_line_read_in_metadata_words():
     message = "set --judge-base-url or run with --no-judge (or --judge-timeout), or --protocol cs3"
     expected = 'set "judge_base_url" or run with \'{"judge": "none"}\' (or "judge_timeout"), or '
     assert options.in_metadata_words(message) == expected + '\'{"protocol": "cs3"}\''
+
+
+@pytest.mark.parametrize(
+    ("key", "field", "bounds"),
+    [
+        ("judge_samples", "samples", "SAMPLES_RANGE"),
+        ("judge_concurrency", "max_concurrency", "CONCURRENCY_RANGE"),
+    ],
+)
+def test_a_judge_number_has_one_range_for_the_command_line_and_the_config(key, field, bounds):
+    """The option table's range is the judge config's: neither accepts what the other refuses."""
+    from cs3_tasks.judge import config
+    from cs3_tasks.judge.config import JudgeConfig, JudgeConfigError
+
+    low, high = getattr(config, bounds)
+    option = next(o for o in options.RUN_OPTIONS if o.key == key)
+    for inside in (low, high):
+        assert option.value(inside) == inside
+        JudgeConfig(api_key_env="", base_url="http://127.0.0.1:9/v1", **{field: inside}).validate()
+    for outside in (low - 1, high + 1):
+        with pytest.raises(options.OptionError):
+            option.value(outside)
+        with pytest.raises(JudgeConfigError):
+            JudgeConfig(api_key_env="", base_url="http://127.0.0.1:9/v1", **{field: outside}).validate()

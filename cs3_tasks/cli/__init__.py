@@ -8,8 +8,11 @@ imported, and heavy imports (torch, whisper, lm-eval) stay inside functions, so 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from cs3_tasks import __version__
 from cs3_tasks.core.refusal import Refusal
@@ -64,11 +67,39 @@ def main(argv: list[str] | None = None) -> int:
             module.add_arguments(p)
             p.set_defaults(func=module.run)
     args = parser.parse_args(argv)
+    return refusals_said(args.func)(args)
+
+
+@contextmanager
+def refusing(*causes: type[Exception]) -> Iterator[None]:
+    """The errors a user can cause (``causes``: bad input, a file that cannot be read or written) as a
+    `Refusal`, said by the one handler (`refusals_said`): one line naming the item and the cause. An
+    OSError of the system (one with an errno) names its path (`run.file_system_error`)."""
     try:
-        return int(args.func(args) or 0)
-    except Refusal as refusal:  # a run that cannot start as asked: one line naming the fix, no traceback
-        print(f"error: {refusal}", file=sys.stderr)
-        return 2
+        yield
+    except Refusal:
+        raise
+    except causes as exc:
+        if isinstance(exc, OSError) and exc.errno is not None:
+            from cs3_tasks.scoring.run import file_system_error
+
+            raise file_system_error(exc) from None
+        raise Refusal(str(exc)) from None
+
+
+def refusals_said(run: Callable[[argparse.Namespace], int | None]) -> Callable[[argparse.Namespace], int]:
+    """``run`` (a subcommand's), with the one handler of a refused run (`Refusal`): one line naming the
+    cause on stderr, its exit code (2), no traceback."""
+
+    @functools.wraps(run)
+    def said(args: argparse.Namespace) -> int:
+        try:
+            return int(run(args) or 0)
+        except Refusal as refusal:
+            print(f"error: {refusal}", file=sys.stderr)
+            return refusal.exit_code
+
+    return said
 
 
 def _version() -> str:

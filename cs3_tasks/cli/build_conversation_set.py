@@ -16,6 +16,8 @@ from cs3_tasks.build.conversation_data import (
     read_source_json,
 )
 from cs3_tasks.build.tts import TTSError
+from cs3_tasks.cli import refusals_said, refusing
+from cs3_tasks.core.refusal import Refusal
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,24 +41,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true")
 
 
+@refusals_said
 def run(args: argparse.Namespace) -> int:
-    try:
+    with refusing(ConversationSourceError):
         items = read_belle(args.belle) if args.belle else read_source_json(args.source)
-    except ConversationSourceError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
     config = args.config or (BELLE_CONFIG if args.belle else None)
     if not config:
-        print("error: --config is required with --source", file=sys.stderr)
-        return 2
+        raise Refusal("--config is required with --source")
     pair = args.pair or (BELLE_PAIR if args.belle else None)
-    try:
+    with refusing(ConversationSourceError, TTSError):
         result = build_conversation_set(
             items, args.out, config, pair, tts_backend=args.tts, jobs=args.jobs, progress=not args.no_progress
         )
-    except (ConversationSourceError, TTSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
     print(
         f"built {args.out}/{config}: {result.rows} rows ({result.synthesized} synthesized, "
         f"{result.from_cache} from cache)"

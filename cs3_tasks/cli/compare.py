@@ -6,9 +6,10 @@ Anything else is refused, naming what differs."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
+from cs3_tasks.cli import refusals_said, refusing
+from cs3_tasks.core.refusal import Refusal
 from cs3_tasks.report.comparable import NotComparable, check_comparable
 from cs3_tasks.report.compare import compare_systems, comparison_markdown
 from cs3_tasks.report.results import load_results
@@ -20,15 +21,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("system_b", type=Path, help="result dir of system B, scored on the same set(s)")
 
 
+@refusals_said
 def run(args: argparse.Namespace) -> int:
-    try:
+    with refusing(FileNotFoundError, ValueError):  # RecordsError is a ValueError
         a, b = (load_results([d]) for d in (args.system_a, args.system_b))
-    except (FileNotFoundError, ValueError) as exc:  # RecordsError is a ValueError
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     if len(a) != 1 or len(b) != 1:
-        print("error: each result dir must hold one system", file=sys.stderr)
-        return 2
+        raise Refusal("each result dir must hold one system")
     (name_a, results_a), (name_b, results_b) = next(iter(a.items())), next(iter(b.items()))
     # the same outputs under other ASR or judge settings: the sensitivity view; a refusal (Refusal: one line,
     # exit 2) for what is neither that nor two systems scored alike
@@ -36,14 +34,10 @@ def run(args: argparse.Namespace) -> int:
     if view is not None:
         print(sensitivity_markdown(view, str(args.system_a), str(args.system_b)), end="")
         return 0
-    try:  # two systems scored otherwise (dataset, protocol, any scoring setting): one line naming each field
+    with refusing(NotComparable):  # two systems scored otherwise (dataset, protocol, any setting): each field
         check_comparable(results_a, results_b)
-    except NotComparable as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     rows = compare_systems(results_a, results_b)
     if not rows:
-        print(f"error: {args.system_a} and {args.system_b} share no scored knowledge set", file=sys.stderr)
-        return 2
+        raise Refusal(f"{args.system_a} and {args.system_b} share no scored knowledge set")
     print(comparison_markdown(name_a, name_b, rows), end="")
     return 0

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 from pathlib import Path
 
 from cs3_tasks.build.tts import TTSError
 from cs3_tasks.build.tts import default_backend as default_tts_backend
+from cs3_tasks.cli import refusals_said, refusing
 from cs3_tasks.judge import JudgeConfig, JudgeConfigError
 from cs3_tasks.recipe.build_data import BuildDataConfig, build_data
 from cs3_tasks.recipe.construct import MossFormatError, SpeechSettings
@@ -70,6 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--kh", action=argparse.BooleanOptionalAction, default=None, help="override `kh`")
 
 
+@refusals_said
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     return {"build-data": _run_build_data, "train": _run_train}[args.recipe_command](args)
@@ -77,18 +78,15 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_build_data(args: argparse.Namespace) -> int:
 
-    try:
+    with refusing(ValueError):  # an unknown $CS3_ASR_BACKEND
         asr_config = asr_config_from_options(vars(args))
-    except ValueError as exc:  # an unknown $CS3_ASR_BACKEND
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     common = {
         "base_url": args.llm_base_url,
         "api_key_env": args.llm_api_key_env,
         "max_concurrency": args.llm_concurrency,
         "cache_path": args.llm_cache,
     }
-    try:
+    with refusing(JudgeConfigError, MossFormatError, MixConfigError, FileNotFoundError, TTSError):
         rewriter = JudgeConfig.from_env(model=args.rewriter_model, **common)
         checker = JudgeConfig.from_env(model=args.checker_model or rewriter.model, **common)
         config = BuildDataConfig(
@@ -109,9 +107,6 @@ def _run_build_data(args: argparse.Namespace) -> int:
             transforms=TransformConfig(cor="cor" in args.transform, kh="kh" in args.transform),
         )
         result = build_data(config)
-    except (JudgeConfigError, MossFormatError, MixConfigError, FileNotFoundError, TTSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     print(
         json.dumps(
             {
@@ -129,11 +124,8 @@ def _run_build_data(args: argparse.Namespace) -> int:
 
 def _run_train(args: argparse.Namespace) -> int:
 
-    try:
+    with refusing(RecipeConfigError):
         cfg = load_config(args.config, data=args.data, output_dir=args.output_dir, cor=args.cor, kh=args.kh)
         result = train(cfg)
-    except RecipeConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     print(json.dumps(result, indent=1))
     return 0

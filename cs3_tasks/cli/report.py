@@ -9,13 +9,14 @@ import os
 import sys
 from pathlib import Path
 
+from cs3_tasks.cli import refusals_said, refusing
 from cs3_tasks.core.data import DATASET_ENV
+from cs3_tasks.core.refusal import Refusal
 from cs3_tasks.report import html
 from cs3_tasks.report.compare import baseline_notes
 from cs3_tasks.report.leaderboard import write_leaderboard
 from cs3_tasks.report.results import load_results, result_dirs_in, summaries_of
 from cs3_tasks.report.sensitivity_html import write_sensitivity_report
-from cs3_tasks.scoring.run import file_system_error
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,15 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_html_arguments(parser)
 
 
+@refusals_said
 def run(args: argparse.Namespace) -> int:
     if args.sensitivity:
         return run_sensitivity(args)
     if args.out is None and args.html is None:
-        print(
-            "error: say where to write: --out DIR (leaderboard) and/or --html DIR (report)", file=sys.stderr
-        )
-        return 2
-    try:
+        raise Refusal("say where to write: --out DIR (leaderboard) and/or --html DIR (report)")
+    # RecordsError is a ValueError; --out / --html a file, read-only or full: one line naming the path
+    with refusing(ValueError, OSError):
         result_dirs = result_dirs_in(args.result_dirs)
         results = load_results(result_dirs)
         notes = baseline_notes(results, args.baseline) if args.baseline else []
@@ -46,28 +46,16 @@ def run(args: argparse.Namespace) -> int:
         if args.html is not None:
             index = html.write_html_report(args.html, result_dirs, settings_from_args(args))
             print(f"wrote the HTML report {index} (open it in a browser; no server needed)", file=sys.stderr)
-    except (FileNotFoundError, ValueError) as exc:  # RecordsError is a ValueError
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # --out / --html a file, read-only or full: one line naming the path
-        print(f"error: {file_system_error(exc)}", file=sys.stderr)
-        return 2
     return 0
 
 
 def run_sensitivity(args: argparse.Namespace) -> int:
     """The sensitivity page of two runs (a refusal, `SensitivityRefusal`, reaches the command's one line)."""
     if len(args.result_dirs) != 2 or args.html is None or args.out is not None or args.baseline:
-        print("error: --sensitivity takes two result dirs and --html DIR (nothing else)", file=sys.stderr)
-        return 2
-    try:
+        raise Refusal("--sensitivity takes two result dirs and --html DIR (nothing else)")
+    # RecordsError and a Refusal are ValueErrors; --html a file, read-only or full: one line naming the path
+    with refusing(ValueError, OSError):
         index = write_sensitivity_report(args.html, *args.result_dirs)
-    except (FileNotFoundError, ValueError) as exc:  # a Refusal is a ValueError too: one line, exit 2
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # --html a file, read-only or full: one line naming the path
-        print(f"error: {file_system_error(exc)}", file=sys.stderr)
-        return 2
     print(f"wrote the sensitivity report {index} (open it in a browser; no server needed)", file=sys.stderr)
     return 0
 

@@ -6,13 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from cs3_tasks.cli import refusals_said
 from cs3_tasks.cli import score_many as many
 from cs3_tasks.core.data import SETS
-from cs3_tasks.report import leaderboard as report
-from cs3_tasks.report.html import write_report_quietly
-from cs3_tasks.scoring.options import SCORE, add_run_options
-from cs3_tasks.scoring.rescore import rescore_dir, scored_sets
-from cs3_tasks.scoring.run import ScoreJob, file_system_error, score_outputs
+from cs3_tasks.scoring.options import SCORE, add_run_options, options_of
+from cs3_tasks.scoring.recorded import RecordedEngines
+from cs3_tasks.scoring.run import Engines, LiveEngines, ScoreJob, file_system_error, score_outputs
 from cs3_tasks.scoring.settings import ScoringError, settings_from_options
 
 
@@ -38,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a result dir (or a folder of them with a leaderboard, as --outputs-root writes) scored again "
         "from its own records: transcripts and judge verdicts as recorded, no ASR, no judge, no key; "
         "summaries, leaderboard and report equal the originals'. Its settings are the run's own; --dataset "
-        "must be the dataset it was scored against",
+        "must be the dataset it names (dataset_sha256). Every field is checked and nothing outside RESULTS "
+        "is read (a refusal: exit 2); a set whose summary the records do not reproduce is named, exit 4",
     )
     parser.add_argument(
         "--set",
@@ -68,92 +68,67 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_options(parser, SCORE)  # the run options, declared once (scoring/options.py)
 
 
+@refusals_said
 def run(args: argparse.Namespace) -> int:
     """``cs3-bench score``: one outputs dir (holding its result dir's lock until every file of the run is
     written), or with ``--outputs-root`` every model folder under it (`cs3_tasks.cli.score_many`). The run's
-    settings are built and checked first, by the same validator as lm-eval's ``--metadata``."""
+    settings are built and checked first, by the same validator as lm-eval's ``--metadata``. With
+    ``--from-results`` the same run scores result dirs again, with their recorded transcripts and verdicts
+    (`recorded.RecordedEngines`) in place of the live ASR and judge. A refusal (`ScoringError`, a `Refusal`)
+    reaches the command line's one handler (`cli.main`): one line, exit 2."""
     from contextlib import ExitStack
 
-    if args.from_results is not None:
-        return run_from_results(args.from_results, args.out, args.dataset)
-    if args.outputs_root is not None and args.model_name:
-        print(
-            "error: --model-name names one model: with --outputs-root each model is named by its folder",
-            file=sys.stderr,
+    if args.model_name and args.outputs is None:
+        raise ScoringError(
+            "--model-name names one model (of --outputs): with --outputs-root each model is named by its "
+            "folder, with --from-results by its settings"
         )
-        return 2
-    if args.outputs_root is None and args.set_name is None:
-        print("error: --set is required with --outputs", file=sys.stderr)
-        return 2
-    try:
-        settings = settings_from_options(vars(args))  # fails before any work starts
-    except ScoringError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except OSError as exc:  # e.g. $CS3_BENCH_CACHE is a file: one line naming it, no traceback
-        print(f"error: {file_system_error(exc)}", file=sys.stderr)
-        return 2
+    if args.outputs is not None and args.set_name is None:
+        raise ScoringError("--set is required with --outputs")
+    engines, folder, many_models = _engines(args)
     common = {"restart": args.restart, "wait": args.wait, "progress": not args.no_progress}
-    if args.outputs_root is not None:
-        job = many.ModelsJob(args.outputs_root, args.out, set_name=args.set_name or "all", **common)
-        return many.score_root(job, settings)
+    if many_models:
+        return many.score_root(
+            many.ModelsJob(folder, args.out, set_name=args.set_name or "all", **common), engines
+        )
     with ExitStack() as held:
         try:
+            engines.check_systems([folder])
             outcome = score_outputs(
-                ScoreJob(args.outputs, args.out, args.set_name, model_name=args.model_name, **common),
-                settings,
+                ScoreJob(folder, args.out, args.set_name or "all", model_name=args.model_name, **common),
+                engines,
                 held,
             )
-        except ScoringError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return exc.exit_code
+        except OSError as exc:  # e.g. $CS3_BENCH_CACHE is a file: one line naming it, no traceback
+            raise file_system_error(exc) from None
     if outcome.message:
         print(f"error: {outcome.message}", file=sys.stderr)
     return outcome.exit_code
 
 
-def run_from_results(source: Path, out: Path, dataset: str | None) -> int:
-    """``cs3-bench score --from-results``: every result dir in ``source`` (itself, or its model folders)
-    re-scored from its records into ``out`` (one folder per model for a folder of them, then the leaderboard
-    and the HTML report as ``--outputs-root`` writes them); the exit codes of the run that made them."""
-
-    source, out = Path(source), Path(out)
-    if not source.is_dir():
-        print(f"error: --from-results {source} is not a folder", file=sys.stderr)
-        return 2
-    if scored_sets(source):
-        dirs = {None: source}
-    else:
-        dirs = {d.name: d for d in sorted(source.iterdir()) if d.is_dir() and scored_sets(d)}
-    if not dirs:
-        print(f"error: {source} holds no result dir (<set>.records.jsonl files)", file=sys.stderr)
-        return 2
-    summaries: dict[str, dict] = {}
-    statuses: dict[str, many.ModelStatus] = {}
-    try:
-        for name, result_dir in dirs.items():
-            target = out if name is None else out / name
-            found, outcome = rescore_dir(result_dir, target, dataset)
-            model = next(iter(found.values())).get("model") or name or result_dir.name
-            summaries[model] = found
-            status = statuses[model] = many.ModelStatus(outputs=result_dir.name, result_dir=target.name)
-            status.status = "scored" if outcome.exit_code == 0 else "incomplete"
-            status.exit_code, status.sets, status.error = (
-                outcome.exit_code,
-                list(outcome.sets),
-                outcome.message,
+def _engines(args: argparse.Namespace) -> tuple[Engines, Path, bool]:
+    """The run's engines (live: the ASR and judge of the options, checked before any work; recorded: the
+    result dirs' own), the folder they score, and whether it is a folder of one folder per model."""
+    if args.from_results is not None:
+        given = [
+            o.flag
+            for o in options_of(SCORE)
+            if o.key != "dataset" and getattr(args, o.key) not in (None, False)
+        ]
+        if given:  # the bundle's own settings are the run's: an option that would not count is refused
+            raise ScoringError(
+                f"--from-results scores with the settings the results were made with: {', '.join(given)} "
+                "would not be used (drop it; to score under other settings, score the outputs again)"
             )
-            print(f"re-scored {result_dir.name}: {', '.join(found)} -> {target}", file=sys.stderr)
-            if outcome.message:
-                print(f"error: {outcome.message}", file=sys.stderr)
-    except ScoringError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except OSError as exc:
-        print(f"error: {file_system_error(exc)}", file=sys.stderr)
-        return 2
-    if None in dirs:
-        return next(iter(statuses.values())).exit_code or 0
-    print(report.write_leaderboard(out, summaries, many.leaderboard_notes(statuses, {})))
-    write_report_quietly(out / many.REPORT_FOLDER, [out / name for name in dirs], dataset)
-    return many.overall_exit_code(statuses)
+        source = Path(args.from_results)
+        if not source.is_dir():
+            raise ScoringError(f"--from-results {source} is not a folder")
+        engines = RecordedEngines(source, args.dataset)
+        return engines, source, not engines.sets(source)
+    try:
+        settings = settings_from_options(vars(args))  # fails before any work starts
+    except OSError as exc:  # e.g. $CS3_BENCH_CACHE is a file: one line naming it, no traceback
+        raise file_system_error(exc) from None
+    if args.outputs_root is not None:
+        return LiveEngines(settings), Path(args.outputs_root), True
+    return LiveEngines(settings), Path(args.outputs), False

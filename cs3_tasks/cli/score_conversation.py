@@ -4,11 +4,11 @@ with the conversation scorer (`cs3_tasks.scoring.conversation`), resumable like 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from cs3_tasks import judge
 from cs3_tasks.build.conversation_data import load_conversation_set
+from cs3_tasks.cli import refusals_said, refusing
 from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.languages import load_pair
 from cs3_tasks.scoring.conversation import (
@@ -52,37 +52,29 @@ def add_arguments(parser) -> None:
     add_run_options(parser, CONVERSATION)  # dataset, ASR, judge: declared once (scoring/options.py)
 
 
+@refusals_said
 def run(args) -> int:
     """``cs3-bench score-conversation``: resumable like ``cs3-bench score`` (records appended as they are
     final, re-runs score only what is missing, failed or changed; other settings need ``--restart``)."""
 
-    try:
-        judge_config = judge.judge_config_from_options(vars(args))  # fails before any work starts
+    with refusing(judge.JudgeConfigError, ValueError, OSError):  # fails before any work starts
+        judge_config = judge.judge_config_from_options(vars(args))
         asr_config = asr_config_from_options(vars(args))
         pair = load_pair(args.pair or (BELLE_PAIR if args.set_name == BELLE_SET else None))
-    except (judge.JudgeConfigError, ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    try:
+    with refusing(OSError, ValueError, RuntimeError):  # no dataset / no outputs: nothing to score
         docs = [
             {k: v for k, v in row.items() if k != "audio"}
             for row in load_conversation_set(args.set_name, args.dataset)
         ]
         outputs = read_outputs(args.outputs, args.set_name, known_sets=(args.set_name,))
-    except (OSError, ValueError, RuntimeError) as exc:  # no dataset / no outputs: nothing to score
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     # the conversation scorer has its own judge prompt: recorded as our audit protocol, as before
     settings = run_settings(
         asr_config, pair.asr_language_of(args.set_name), judge_config, protocol_for("cs3")
     )
     settings["pair"] = pair.name
     store = RecordsFile(args.out, args.set_name)
-    try:
+    with refusing(SettingsMismatchError):
         store.open(settings, restart=args.restart)
-    except SettingsMismatchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
 
     def score(pending_docs, pending_outputs, append) -> None:
         score_conversation(

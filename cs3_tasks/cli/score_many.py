@@ -26,17 +26,25 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from cs3_tasks import judge
+from cs3_tasks.cli import refusing
 from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.text import valid_text
 from cs3_tasks.report import leaderboard as report
 from cs3_tasks.report.html import write_report_quietly
 from cs3_tasks.report.leaderboard import LEADERBOARD_FILES
-from cs3_tasks.scoring.outputs import find_output_sets
-from cs3_tasks.scoring.run import FileSystemError, ScoreJob, file_system_error, score_outputs
-from cs3_tasks.scoring.settings import ScoringError, ScoringSettings
-from cs3_tasks.scoring.store import ResultDirBusy, result_dir_lock
+from cs3_tasks.scoring.cs_vs_en import cs_vs_en_markdown
+from cs3_tasks.scoring.run import (
+    NOT_REPRODUCED,
+    Engines,
+    FileSystemError,
+    ScoreJob,
+    score_outputs,
+)
+from cs3_tasks.scoring.settings import ScoringError
+from cs3_tasks.scoring.store import result_dir_lock
 
 MODELS_FILE = "models.json"
+CS_VS_EN_FILE = "cs_vs_en.md"  # the code-switched vs English table of every model
 REPORT_FOLDER = "report"  # the HTML audit report (`report.html`)
 # scored: summaries written; incomplete: written, but most judge verdicts failed or most items of a set have
 # no response (exit 3 of `score`; models.json's error says which);
@@ -73,9 +81,9 @@ def model_name(folder: Path) -> str:
     return valid_text(folder.name)[0]
 
 
-def find_models(root: Path, out: Path | None = None) -> tuple[list[Path], dict[str, str]]:
-    """(the model folders under ``root``, in name order; skipped folder name -> why). Hidden folders and
-    ``out`` (when it lies inside ``root``) are passed over without a word."""
+def find_models(root: Path, engines: Engines, out: Path | None = None) -> tuple[list[Path], dict[str, str]]:
+    """(the model folders under ``root`` holding what ``engines`` score, in name order; skipped folder name ->
+    why). Hidden folders and ``out`` (when it lies inside ``root``) are passed over without a word."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"--outputs-root {root} is not a folder")
@@ -85,17 +93,19 @@ def find_models(root: Path, out: Path | None = None) -> tuple[list[Path], dict[s
     for folder in sorted(root.iterdir(), key=lambda path: path.name):
         if not folder.is_dir() or folder.name.startswith(".") or folder.resolve() == resolved_out:
             continue
-        if find_output_sets(folder):
+        if engines.sets(folder):
             models.append(folder)
+        elif folder.name in result_files():  # a results folder's own (its report): not a model's
+            continue
         else:
-            skipped[model_name(folder)] = "no outputs of any set (json/cs_<set>.json or <set>.jsonl)"
+            skipped[model_name(folder)] = "no {} of any set ({})".format(*engines.holds)
     return models, skipped
 
 
 def result_files() -> tuple[str, ...]:
     """The files and folders `score_models` writes into the results folder besides the models' result dirs."""
 
-    return (*LEADERBOARD_FILES, MODELS_FILE, REPORT_FOLDER)
+    return (*LEADERBOARD_FILES, MODELS_FILE, CS_VS_EN_FILE, REPORT_FOLDER)
 
 
 def check_result_names(models: Sequence[Path], out: Path) -> None:
@@ -110,7 +120,10 @@ def check_result_names(models: Sequence[Path], out: Path) -> None:
 
 
 def overall_exit_code(statuses: Mapping[str, ModelStatus]) -> int:
-    """0: every model scored; 3: most models failed or are incomplete; 1: some did."""
+    """0: every model scored; `NOT_REPRODUCED`: a re-score of some model does not reproduce its summaries;
+    3: most models failed or are incomplete; 1: some did."""
+    if any(s.exit_code == NOT_REPRODUCED for s in statuses.values()):
+        return NOT_REPRODUCED
     bad = sum(s.status != "scored" for s in statuses.values())
     if not bad:
         return 0
@@ -141,14 +154,14 @@ class ModelsJob:
         )
 
 
-def score_model(job: ScoreJob, settings: ScoringSettings, status: ModelStatus) -> None:
+def score_model(job: ScoreJob, engines: Engines, status: ModelStatus) -> None:
     """Score one model into ``status``; never raises but KeyboardInterrupt and FileSystemError (a file that
     cannot be written fails every model alike)."""
 
-    secret = settings.judge.api_key() if settings.judge is not None else None
+    secret = engines.secret()
     with ExitStack() as held:  # the model's result dir lock, released when its files are written
         try:
-            outcome = score_outputs(job, settings, held, echo=False)
+            outcome = score_outputs(job, engines, held, echo=False)
         except FileSystemError as exc:
             status.status, status.exit_code, status.error = "failed", exc.exit_code, str(exc)
             raise
@@ -209,45 +222,32 @@ def leaderboard_notes(statuses: Mapping[str, ModelStatus], skipped: Mapping[str,
     return notes
 
 
-def score_root(job: ModelsJob, settings: ScoringSettings) -> int:
-    """Every model folder under ``job.root`` into ``job.out``: the exit code of `overall_exit_code`, or 2
-    on bad input (no model folder, ``out`` is ``root``, ``out`` busy)."""
+def score_root(job: ModelsJob, engines: Engines) -> int:
+    """Every model folder under ``job.root`` into ``job.out``, heard and judged by ``engines`` (live, or
+    recorded: ``--from-results``): the exit code of `overall_exit_code`, or 2 on bad input (no model folder,
+    ``out`` is ``root``, ``out`` busy, two folders of one system)."""
     root, out = Path(job.root), Path(job.out)
-    try:
-        if out.resolve() == root.resolve():
-            raise ScoringError(
-                f"--out {out} is --outputs-root: the result dirs would go into the model folders; "
-                "choose another --out"
-            )
-        models, skipped = find_models(root, out)
-        check_result_names(models, out)
-        if not models:
-            listed = f" (skipped: {', '.join(skipped)})" if skipped else ""
-            raise ScoringError(
-                f"no model folder in {root}: expected one folder per model holding json/cs_<set>.json "
-                f"(authors' layout) or <set>.jsonl{listed}"
-            )
-    except (ScoringError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    with ExitStack() as held:
-        try:  # two runs on one RESULTS would interleave models.json and the leaderboard
-            held.enter_context(result_dir_lock(out, wait=job.wait))
-            return score_models(job, settings, models, skipped)
-        except ResultDirBusy as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        except OSError as exc:  # RESULTS read-only or full: one line; each model's files are kept
-            print(f"error: {file_system_error(exc)}", file=sys.stderr)
-            return 2
-        except FileSystemError as exc:  # a model's files or a cache: the others would fail alike
-            print(f"error: {exc}", file=sys.stderr)
-            return exc.exit_code
+    if out.resolve() == root.resolve():
+        raise ScoringError(
+            f"--out {out} is the folder scored: the result dirs would go into the model folders; "
+            "choose another --out"
+        )
+    with refusing(FileNotFoundError):
+        models, skipped = find_models(root, engines, out)
+    check_result_names(models, out)
+    if not models:
+        listed = f" (skipped: {', '.join(skipped)})" if skipped else ""
+        raise ScoringError(
+            f"no model folder in {root}: expected one folder per model holding {engines.holds[1]}{listed}"
+        )
+    # RESULTS read-only or full: one line (each model's files are kept); busy: a refusal (`ResultDirBusy`)
+    with ExitStack() as held, refusing(OSError):
+        engines.check_systems(models)
+        held.enter_context(result_dir_lock(out, wait=job.wait))  # models.json and the leaderboard: one run
+        return score_models(job, engines, models, skipped)
 
 
-def score_models(
-    job: ModelsJob, settings: ScoringSettings, models: Sequence[Path], skipped: Mapping[str, str]
-) -> int:
+def score_models(job: ModelsJob, engines: Engines, models: Sequence[Path], skipped: Mapping[str, str]) -> int:
 
     root, out = Path(job.root), Path(job.out)
     set_name = job.set_name
@@ -275,7 +275,7 @@ def score_models(
         if status.status == "failed":  # refused above
             print(f"error: model {name}: {status.error}", file=sys.stderr)
             continue
-        score_model(job.model_job(folder), settings, status)
+        score_model(job.model_job(folder), engines, status)
         write_models_file(out, root, set_name, statuses, skipped)  # a killed run keeps what is known
         if status.status == "scored":
             print(f"model {name}: scored ({', '.join(status.sets)})", file=sys.stderr)
@@ -292,8 +292,8 @@ def score_models(
         write_models_file(out, root, set_name, statuses, skipped, exit_code=2)
         return 2
     print(report.write_leaderboard(out, summaries, leaderboard_notes(statuses, skipped)))
-
-    write_report_quietly(out / REPORT_FOLDER, on_board, settings.dataset)
+    atomic_write(out / CS_VS_EN_FILE, cs_vs_en_markdown(summaries))
+    write_report_quietly(out / REPORT_FOLDER, on_board, engines.dataset)
     code = overall_exit_code(statuses)
     write_models_file(out, root, set_name, statuses, skipped, exit_code=code)
     bad = [name for name, s in statuses.items() if s.status != "scored"]

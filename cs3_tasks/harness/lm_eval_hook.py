@@ -25,6 +25,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -352,8 +353,19 @@ def patch_cli(harness_module) -> None:
     _install(cli, "execute", execute, original)
 
 
+# an argument that names a cs3 task or model: "cs3", "cs3-precomputed", "--tasks=cs3_knowledge,mmlu"
+_CS3_ARGUMENT = re.compile(r"(?:^|[=,])cs3(?:[-_][\w.\-]*)?(?:$|,)")
+
+
+def is_cs3_launch(arguments: Any) -> bool:
+    """Whether a launched program's arguments name a cs3 task or model (``--model cs3-...``, ``--tasks
+    cs3``...): only such launches are ours to change."""
+    return any(isinstance(a, str) and _CS3_ARGUMENT.search(a) for a in arguments or ())
+
+
 def patch_launcher(launcher_module) -> None:
-    """torchrun and ``accelerate launch`` (torch's elastic launcher): when the first process to end refused
+    """torchrun and ``accelerate launch`` (torch's elastic launcher), for a launch of a cs3 task or model
+    only (`is_cs3_launch`; any other launch is left as torch runs it): when the first process to end refused
     the run (exit code 2, having said why) and the others refused it too or were stopped by the launcher,
     the launcher exits 2 too, without its own traceback."""
     original = launcher_module.launch_agent
@@ -361,6 +373,8 @@ def patch_launcher(launcher_module) -> None:
         return
 
     def launch_agent(*args, **kwargs):
+        if not is_cs3_launch(kwargs.get("args", args[2] if len(args) > 2 else ())):
+            return original(*args, **kwargs)
         from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
         try:

@@ -60,6 +60,12 @@ class JudgeAuthError(RuntimeError):
     fail the same way); the message names the endpoint (redacted) and the key's variable."""
 
 
+# the ranges of a judge's numbers, one home for the config's check and the command line's (scoring/options.py)
+CONCURRENCY_RANGE = (1, 256)  # requests in flight at once
+TIMEOUT_RANGE = (0, 3600)  # seconds of one whole request: above the first, at most the second
+SAMPLES_RANGE = (1, 25)  # asks per open-ended score: more is cost, not information
+
+
 @dataclass
 class JudgeConfig:
     base_url: str = DEFAULT_BASE_URL
@@ -145,16 +151,29 @@ class JudgeConfig:
             raise JudgeConfigError(f"judge base_url {self.public_base_url!r} is not an http(s) URL")
         if not self.model:
             raise JudgeConfigError("judge model is empty: set --judge-model or $CS3_JUDGE_MODEL")
-        if self.max_concurrency < 1:
-            raise JudgeConfigError(f"judge max_concurrency must be >= 1, got {self.max_concurrency}")
-        if not (math.isfinite(self.timeout) and 0 < self.timeout <= 3600):  # inf: no bound; nan: always late
+        low, high = CONCURRENCY_RANGE
+        if not low <= self.max_concurrency <= high:
             raise JudgeConfigError(
-                f"judge timeout must be a finite number of seconds in (0, 3600], got {self.timeout}"
+                f"judge max_concurrency must be from {low} to {high}, got {self.max_concurrency}"
+            )
+        low, high = TIMEOUT_RANGE
+        if not (
+            math.isfinite(self.timeout) and low < self.timeout <= high
+        ):  # inf: no bound; nan: always late
+            raise JudgeConfigError(
+                f"judge timeout must be a finite number of seconds in ({low}, {high}], got {self.timeout}"
             )
         if self.max_retries < 0:
             raise JudgeConfigError(f"judge max_retries must be >= 0, got {self.max_retries}")
-        if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 1:
-            raise JudgeConfigError(f"judge samples must be a whole number >= 1, got {self.samples!r}")
+        low, high = SAMPLES_RANGE
+        if (
+            isinstance(self.samples, bool)
+            or not isinstance(self.samples, int)
+            or not low <= self.samples <= high
+        ):
+            raise JudgeConfigError(
+                f"judge samples must be a whole number from {low} to {high}, got {self.samples!r}"
+            )
         key = self.api_key()
         if key is None and not self.is_local:
             if not self.api_key_env:

@@ -83,7 +83,9 @@ def place_response_audio(
     label = record.get("audio")
     if not isinstance(label, str) or not label:
         return None
-    source = Path(label) if Path(label).is_absolute() or outputs is None else Path(outputs) / label
+    if outputs is None and not Path(label).is_absolute():  # relative to a folder this machine does not know
+        return None
+    source = Path(label) if Path(label).is_absolute() else Path(outputs) / label
     if not source.is_file():
         return None
     folder = Path(out) / "audio" / "responses" / safe_name(model) / set_name

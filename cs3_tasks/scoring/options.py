@@ -28,7 +28,16 @@ from cs3_tasks.asr.config import (
 )
 from cs3_tasks.asr.device import DEVICE_ENV
 from cs3_tasks.core.refusal import Refusal
-from cs3_tasks.judge.config import DEFAULT_API_KEY_ENV, DEFAULT_MODEL, ENV_BASE_URL, ENV_MODEL, PRESETS
+from cs3_tasks.judge.config import (
+    CONCURRENCY_RANGE,
+    DEFAULT_API_KEY_ENV,
+    DEFAULT_MODEL,
+    ENV_BASE_URL,
+    ENV_MODEL,
+    PRESETS,
+    SAMPLES_RANGE,
+    TIMEOUT_RANGE,
+)
 from cs3_tasks.scoring.records import PROTOCOLS
 
 # the subcommands that score, transcribe or judge
@@ -42,7 +51,6 @@ SCORE, CONVERSATION, BUILD, BUILD_DATA, DEMO = (
 TRANSCRIBING = (SCORE, CONVERSATION, BUILD, BUILD_DATA, DEMO)
 JUDGING = (SCORE, CONVERSATION, DEMO)
 GROUPS = ("scoring", "ASR", "LLM judge")
-MAX_JUDGE_SAMPLES = 25  # asks per open-ended score: more is cost, not information
 
 
 class OptionError(ValueError):
@@ -223,7 +231,7 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
         "judge_concurrency",
         "LLM judge",
         "requests in flight at once (default 8)",
-        parse=_number(int, 1, 256, "a whole number from 1 to 256"),
+        parse=_number(int, *CONCURRENCY_RANGE, "a whole number from {} to {}".format(*CONCURRENCY_RANGE)),
         commands=JUDGING,
         metavar="N",
     ),
@@ -231,7 +239,12 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
         "judge_timeout",
         "LLM judge",
         "bound of one whole request in seconds: connect, wait and read (default 60)",
-        parse=_number(float, 0.001, 3600, "a finite number of seconds, above 0 and at most 3600"),
+        parse=_number(
+            float,
+            0.001,
+            TIMEOUT_RANGE[1],
+            "a finite number of seconds, above {} and at most {}".format(*TIMEOUT_RANGE),
+        ),
         commands=JUDGING,
         metavar="SECONDS",
     ),
@@ -240,7 +253,7 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
         "LLM judge",
         "ask the judge for each open-ended score this many times, each a fresh sample, and score the median "
         "(the spread is recorded per item; default 1: one ask)",
-        parse=_number(int, 1, MAX_JUDGE_SAMPLES, f"a whole number from 1 to {MAX_JUDGE_SAMPLES}"),
+        parse=_number(int, *SAMPLES_RANGE, "a whole number from {} to {}".format(*SAMPLES_RANGE)),
         commands=JUDGING,
         metavar="K",
     ),

@@ -1,18 +1,27 @@
-"""Scoring one outputs dir into a result dir (``cs3-bench score --outputs``): every set, resumable."""
+"""The one run: one folder scored into a result dir, every set, resumable (``cs3-bench score``).
+
+What hears and judges is given to the run (`Engines`): `LiveEngines` read an outputs dir and run the ASR and
+the judge of the run's `ScoringSettings`; `recorded.RecordedEngines` read a published result dir and answer
+from its records (``--from-results``). Either way the run is the same: the result dir's lock, the store (the
+refusal to write over another system's results, the settings check), the pipeline, the summaries, and one rule
+for the exit code (`scoring_outcome`)."""
 
 from __future__ import annotations
 
 import errno
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from typing import Protocol as Protocol_
 
 from cs3_tasks import judge
 from cs3_tasks.core import data
 from cs3_tasks.core.data import SETS
 from cs3_tasks.core.text import valid_text
 from cs3_tasks.scoring import summary
+from cs3_tasks.scoring.bundle import summary_difference
 from cs3_tasks.scoring.outputs import (
     ModelOutput,
     authors_file,
@@ -23,6 +32,7 @@ from cs3_tasks.scoring.outputs import (
     read_outputs,
 )
 from cs3_tasks.scoring.pipeline import score_batch
+from cs3_tasks.scoring.protocols import Protocol
 from cs3_tasks.scoring.records import judge_failures, judge_unparsed
 from cs3_tasks.scoring.settings import ScoringError, ScoringSettings
 from cs3_tasks.scoring.store import (
@@ -34,6 +44,9 @@ from cs3_tasks.scoring.store import (
     dataset_identity,
     result_dir_lock,
 )
+
+# the exit code of a re-score whose summaries differ from the ones it verifies (`scoring_outcome`)
+NOT_REPRODUCED = 4
 
 
 class FileSystemError(ScoringError):
@@ -60,9 +73,10 @@ def file_system_error(exc: OSError) -> FileSystemError:
 
 @dataclass(frozen=True)
 class ScoreJob:
-    """One outputs dir to score into one result dir: which sets ("all": every set the dir holds), the
-    model's name (default: the outputs dir's name) and how the run goes (restart, wait for the lock,
-    progress bars)."""
+    """One folder to score into one result dir (``outputs``: an outputs dir, or with recorded engines a
+    result dir): which sets ("all": every set the folder holds), the model's name (live engines; default:
+    the outputs dir's name; recorded ones take the name their settings record) and how the run goes
+    (restart, wait for the lock, progress bars)."""
 
     outputs: Path
     out: Path
@@ -95,25 +109,119 @@ class ScoreJob:
 
 @dataclass(frozen=True)
 class ScoreOutcome:
-    """How `score_outputs` ended: exit code 0 (scored) or 3 (most judge verdicts failed, or most items of a
-    set have no response on a channel: the summaries are written but incomplete, ``message`` says so), and
-    the sets scored."""
+    """How `score_outputs` ended (`scoring_outcome`): exit code 0 (scored), 3 (most judge verdicts failed,
+    or most items of a set have no response on a channel: the summaries are written but incomplete) or
+    `NOT_REPRODUCED` (a re-score's summaries differ from the bundle's), ``message`` says why; and the sets
+    scored."""
 
     exit_code: int
     sets: tuple[str, ...]
     message: str | None = None
 
 
-def score_outputs(job: ScoreJob, settings: ScoringSettings, held, *, echo: bool = True) -> ScoreOutcome:
-    """Score ``job.outputs`` into ``job.out`` with ``settings``; ScoringError on bad input. ``held`` (an
-    ExitStack) keeps the result dir's lock; ``echo`` prints each summary (markdown) to stdout."""
+@dataclass
+class SetInputs:
+    """What one set of a run is scored from, whichever engines hear and judge it: the dataset's items, the
+    outputs by Qid, the settings its records depend on (the scored system's identity among them), the ASR and
+    the judge (live: an `AsrConfig` and a `JudgeConfig`; recorded: `replay.RecordedTranscripts` and
+    `replay.RecordedVerdicts`), the protocol and its prompts."""
+
+    docs: list[Mapping]
+    outputs: dict[str, ModelOutput]
+    settings: dict
+    asr: Any
+    judge: Any
+    protocol: Protocol
+    templates: Any = None
+    # the outputs folder records name audio relative to, recorded on this machine (`store.LOCAL_FILE`)
+    audio_root: Path | None = None
+    # recorded results: each Qid's recorded `input_key`, every item scored again (`RecordsFile.score_pending`)
+    recorded_keys: Mapping[str, str | None] | None = None
+    # what a record keeps beside what the pipeline writes (a recorded record's other fields)
+    complete: Callable[[dict], dict] | None = None
+    # the summary the scored set must reproduce (a re-score: the bundle's own); None: nothing to verify
+    expected: Mapping | None = None
+
+
+class Engines(Protocol_):
+    """What hears and judges a run, live or recorded, and where its inputs come from: the one run
+    (`score_outputs`) asks it which sets a folder holds and what each set is scored from."""
+
+    dataset: str | None
+    # what the folder of a system holds, for messages: what ("outputs") and its files ("<set>.jsonl")
+    holds: tuple[str, str]
+
+    def sets(self, folder: Path) -> list[str]: ...
+
+    def inputs(self, job: ScoreJob, set_name: str) -> SetInputs: ...
+
+    def check_systems(self, folders: Sequence[Path]) -> None: ...
+
+    def secret(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class LiveEngines:
+    """The ASR and the judge of ``settings`` (`ScoringSettings`, resolved once per run): outputs dirs are
+    heard and judged."""
+
+    settings: ScoringSettings
+    holds: tuple[str, str] = ("outputs", "json/cs_<set>.json or <set>.jsonl")
+
+    @property
+    def dataset(self) -> str | None:
+        return self.settings.dataset
+
+    def sets(self, folder: Path) -> list[str]:
+        return find_output_sets(folder)
+
+    def check_systems(self, folders: Sequence[Path]) -> None:
+        """Nothing to check: each outputs folder is one system, named by its folder."""
+
+    def secret(self) -> str | None:
+        return self.settings.judge.api_key() if self.settings.judge is not None else None
+
+    def inputs(self, job: ScoreJob, set_name: str) -> SetInputs:
+        run = self.settings
+        try:
+            docs = data.load_docs(set_name, run.dataset)
+            outputs = read_outputs(job.outputs, set_name)
+            if run.given_transcripts:
+                transcripts = read_given_transcripts(job.outputs, set_name)
+                for qid, output in outputs.items():
+                    output.transcript = transcripts.get(qid)
+                    if output.transcript is None:
+                        output.problem = join_problems(output.problem, "no given transcript (json_asr)")
+        except (OSError, ValueError, RuntimeError) as exc:  # no dataset / no outputs: nothing to score
+            raise ScoringError(str(exc)) from exc
+        if not outputs:
+            files = [authors_file(job.outputs, "json", set_name)] + output_files(job.outputs, set_name)
+            named = ", ".join(str(f) for f in files if f is not None) or str(job.outputs)
+            raise EmptyOutputs(f"{set_name}: {named} holds no rows: nothing to score for this set")
+        settings = run.record_settings(set_name)
+        settings.update(job.identity())
+        settings["dataset_sha256"] = dataset_identity(docs)  # the content scored against, wherever it lies
+        return SetInputs(
+            docs,
+            outputs,
+            settings,
+            run.asr,
+            run.judge,
+            run.protocol,
+            run.templates,
+            audio_root=Path(job.outputs),
+        )
+
+
+def score_outputs(job: ScoreJob, engines: Engines, held, *, echo: bool = True) -> ScoreOutcome:
+    """Score ``job.outputs`` into ``job.out`` with ``engines`` (live: `LiveEngines`; recorded:
+    `recorded.RecordedEngines`); ScoringError on bad input. ``held`` (an ExitStack) keeps the result dir's
+    lock; ``echo`` prints each summary (markdown) to stdout."""
     if job.set_name == "all":
-        set_names = find_output_sets(job.outputs)
+        set_names = engines.sets(job.outputs)
         if not set_names:
-            raise ScoringError(
-                f"no outputs of any set ({', '.join(SETS)}) in {job.outputs}: expected "
-                "json/cs_<set>.json (authors' layout) or <set>.jsonl"
-            )
+            what, files = engines.holds
+            raise ScoringError(f"no {what} of any set ({', '.join(SETS)}) in {job.outputs}: expected {files}")
     else:
         set_names = [job.set_name]
     if echo and job.model_note:
@@ -129,22 +237,23 @@ def score_outputs(job: ScoreJob, settings: ScoringSettings, held, *, echo: bool 
             locked.append(True)
 
     try:
-        return _score_sets(job, settings, set_names, lock, echo=echo)
+        return _score_sets(job, engines, set_names, lock, echo=echo)
     except OSError as exc:  # the result dir or a cache cannot be written: one line, nothing lost
         raise file_system_error(exc) from exc
 
 
 def _score_sets(
-    job: ScoreJob, settings: ScoringSettings, set_names: list[str], lock: Callable[[], None], *, echo: bool
+    job: ScoreJob, engines: Engines, set_names: list[str], lock: Callable[[], None], *, echo: bool
 ) -> ScoreOutcome:
 
     out = Path(job.out)
     summaries: dict[str, dict] = {}
+    expected: dict[str, Mapping | None] = {}
     records: list[dict] = []
     empty: list[str] = []
     for set_name in set_names:
         try:
-            summaries[set_name], final = _run_set(job, set_name, settings, lock)
+            summaries[set_name], final, expected[set_name] = _run_set(job, set_name, engines, lock)
         except EmptyOutputs as exc:  # that set's error; the other sets are scored
             empty.append(str(exc))
             continue
@@ -152,26 +261,44 @@ def _score_sets(
     if not summaries:
         raise ScoringError("; ".join(empty))
     set_names = [s for s in set_names if s in summaries]
-    model = job.model
+    model = summaries[set_names[0]]["model"]
     for other in summary.CS_EN_PAIR:  # the other knowledge set, when this result dir has it
         if other not in summaries and any(s in summary.CS_EN_PAIR for s in summaries):
             found = summary.read_summary(out, other)
             if found is not None and found.get("model") == model:  # never another system's (--restart)
                 summaries[other] = found
     summary.attach_cs_vs_en(summaries)
+    differences = [
+        f"{s}: {found}"
+        for s in set_names
+        if (found := summary_difference(expected[s], summaries[s])) is not None
+    ]
     for set_name, result in summaries.items():
         markdown = summary.write_summary(out, result)
         if echo and set_name in set_names:
             print(markdown)
-    return scoring_outcome(out, records, summaries, set_names, empty)
+    return scoring_outcome(out, records, summaries, set_names, empty, differences)
 
 
 def scoring_outcome(
-    out: Path, records: list[dict], summaries: Mapping[str, dict], set_names: list[str], empty: list[str]
+    out: Path,
+    records: list[dict],
+    summaries: Mapping[str, dict],
+    set_names: list[str],
+    empty: list[str],
+    differences: Sequence[str] = (),
 ) -> ScoreOutcome:
-    """How a scored run ended (`ScoreOutcome`): incomplete (3) when most judge verdicts failed or are
-    unparsed, a set had no rows, or most items of a set have no response on a channel; else scored (0)."""
+    """How a scored run ended (`ScoreOutcome`), the one rule of its exit code: not reproduced
+    (`NOT_REPRODUCED`) when a re-score's summaries differ from the ones it verifies (``differences``, per
+    set); incomplete (3) when most judge verdicts failed or are unparsed, a set had no rows, or most items of
+    a set have no response on a channel; else scored (0)."""
 
+    if differences:
+        message = (
+            f"the re-score does not reproduce the summaries it was given ({'; '.join(differences)}): the "
+            f"records do not give those numbers (re-scored into {out})"
+        )
+        return ScoreOutcome(NOT_REPRODUCED, tuple(set_names), message)
     failed, asked = judge_failures(records)
     if 2 * failed > asked:
         message = (
@@ -202,66 +329,50 @@ def scoring_outcome(
 
 
 def _run_set(
-    job: ScoreJob, set_name: str, run: ScoringSettings, lock: Callable[[], None]
-) -> tuple[dict, list[dict]]:
-    """Score one set of ``job.outputs`` into ``job.out``: its summary and records; ScoringError on a
-    setup error."""
+    job: ScoreJob, set_name: str, engines: Engines, lock: Callable[[], None]
+) -> tuple[dict, list[dict], Mapping | None]:
+    """Score one set of ``job.outputs`` into ``job.out``: its summary, its records and the summary it must
+    reproduce (None: nothing to verify); ScoringError on a setup error."""
 
-    out = Path(job.out)
-    try:
-        docs = data.load_docs(set_name, run.dataset)
-        outputs = read_outputs(job.outputs, set_name)
-        if run.given_transcripts:
-            transcripts = read_given_transcripts(job.outputs, set_name)
-            for qid, output in outputs.items():
-                output.transcript = transcripts.get(qid)
-                if output.transcript is None:
-                    output.problem = join_problems(output.problem, "no given transcript (json_asr)")
-    except (OSError, ValueError, RuntimeError) as exc:  # no dataset / no outputs: nothing to score
-        raise ScoringError(str(exc)) from exc
-    if not outputs:
-        files = [authors_file(job.outputs, "json", set_name)] + output_files(job.outputs, set_name)
-        named = ", ".join(str(f) for f in files if f is not None) or str(job.outputs)
-        raise EmptyOutputs(f"{set_name}: {named} holds no rows: nothing to score for this set")
-    settings = run.record_settings(set_name)
-    settings.update(job.identity())
-    settings["dataset_sha256"] = dataset_identity(docs)  # the content scored against, wherever it lies
-    store = RecordsFile(out, set_name)
+    inputs = engines.inputs(job, set_name)
+    store = RecordsFile(Path(job.out), set_name)
     try:
         lock()
-        store.open(settings, restart=job.restart, outputs=job.outputs)
+        store.open(inputs.settings, restart=job.restart, outputs=inputs.audio_root)
     except (SettingsMismatchError, ResultDirBusy) as exc:
         raise ScoringError(str(exc)) from exc
     except RecordsError as exc:  # a line that is not a record, not a torn last one: never guessed over
         raise ScoringError(f"{exc}: fix or remove the line, or --restart") from exc
+    complete = inputs.complete or (lambda record: record)
 
     def score(pending_docs: list[Mapping], pending_outputs: list[ModelOutput], append) -> None:
         score_batch(
             set_name,
             pending_docs,
             pending_outputs,
-            asr=run.asr,
-            judge=run.judge,
+            asr=inputs.asr,
+            judge=inputs.judge,
             progress=job.progress,
-            on_record=append,
-            protocol=run.protocol,
-            templates=run.templates,
-            audio_root=job.outputs,
+            on_record=lambda record: append(complete(record)),
+            protocol=inputs.protocol,
+            templates=inputs.templates,
+            audio_root=inputs.audio_root,
         )
 
     try:
         final = store.score_pending(
-            docs,
-            outputs,
+            inputs.docs,
+            inputs.outputs,
             score,
             doc_id=lambda doc: str(doc["Qid"]),
             label=set_name,
             doc_fields=SCORED_DOC_FIELDS,
+            recorded_keys=inputs.recorded_keys,
         )
     except judge.JudgeAuthError as exc:  # every request would fail the same way: stop, keep what is done
         raise ScoringError(str(exc)) from exc
-    result = summary.summarize(set_name, final, protocol=run.protocol)
-    result["model"] = job.model
-    result["settings"] = settings
-    summary.add_comparability(result, settings)
-    return result, final
+    result = summary.summarize(set_name, final, protocol=inputs.protocol)
+    result["model"] = inputs.settings["model"]
+    result["settings"] = inputs.settings
+    summary.add_comparability(result, inputs.settings)
+    return result, final, inputs.expected

@@ -15,6 +15,7 @@ from cs3_tasks.asr import (
     default_backend,
     default_device_note,
 )
+from cs3_tasks.core.refusal import Refusal
 from cs3_tasks.judge import JudgeConfigError, judge_config_from_options, option_value
 from cs3_tasks.scoring.protocols import Protocol, protocol_for, reference
 from cs3_tasks.scoring.records import ASR_LANGUAGE_HINT, DEFAULT_PROTOCOL
@@ -24,10 +25,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from cs3_tasks.judge import JudgeConfig
 
 
-class ScoringError(Exception):
+class ScoringError(Refusal):
     """A scoring run that cannot start or cannot go on (bad input, busy or foreign result dir, judge
-    credentials refused): the message names the cause; ``exit_code`` is the CLI's (2). What was scored
-    before it is kept."""
+    credentials refused): a `Refusal`, whose message names the cause; ``exit_code`` is the CLI's (2). What
+    was scored before it is kept."""
 
     def __init__(self, message: str, exit_code: int = 2):
         super().__init__(message)

@@ -11,6 +11,7 @@ from typing import Any
 
 from cs3_tasks.core.audio import AudioError, content_hash
 from cs3_tasks.core.cache import atomic_write, json_text, stable_key
+from cs3_tasks.core.refusal import Refusal
 from cs3_tasks.scoring.outputs import (
     ModelOutput,
     audio_label,
@@ -22,8 +23,8 @@ class SettingsMismatchError(ValueError):
     """The records in a result dir were made with other settings than this run's."""
 
 
-class ResultDirBusy(RuntimeError):
-    """Another run holds the result dir's lock."""
+class ResultDirBusy(Refusal, RuntimeError):
+    """Another run holds the result dir's lock: a refusal (exit 2)."""
 
 
 LOCK_FILE = ".cs3-bench.lock"
@@ -346,26 +347,39 @@ class RecordsFile:
         retryable: Sequence[str] = RETRYABLE_ERRORS,
         label: str = "",
         doc_fields: Sequence[str] | None = None,
+        recorded_keys: Mapping[str, str | None] | None = None,
     ) -> list[dict]:
         """Score what is pending with ``score(docs, outputs, on_record)``, appending each final record with
         its `input_key` (``doc_fields``: the doc fields scoring reads; None: all); returns every record, one
-        per id: docs in order, then unknown ids (after `open`)."""
+        per id: docs in order, then unknown ids (after `open`). ``recorded_keys`` (a re-score of recorded
+        results): each record keeps the key it was recorded with, and every item is scored again (nothing
+        is heard or asked, and a record of this dir must never stand for the one being verified)."""
         doc_ids = [doc_id(d) for d in docs]
         by_id = dict(zip(doc_ids, docs))
         order = doc_ids + [q for q in outputs if q not in by_id]
-        keys = {q: input_key(by_id.get(q), outputs.get(q), doc_fields) for q in order}
-        pending = self.pending(order, outputs, keys, retryable)
+        if recorded_keys is None:
+            keys = {q: input_key(by_id.get(q), outputs.get(q), doc_fields) for q in order}
+            pending = self.pending(order, outputs, keys, retryable)
+        else:
+            keys, pending = {q: recorded_keys.get(q) for q in order}, set(order)
         print(
             f"{label}: {len(order)} items, {len(order) - len(pending)} already scored, "
             f"{len(pending)} to score",
             file=sys.stderr,
         )
+
+        def keyed(record: dict) -> dict:
+            key = keys.get(record["qid"])
+            if key is None and recorded_keys is not None:  # recorded without one: kept without one
+                return record
+            return {**record, INPUT_KEY: key}
+
         with self.appender() as append:
             if pending:
                 score(
                     [d for d in docs if doc_id(d) in pending],
                     [o for q, o in outputs.items() if q in pending],
-                    lambda record: append({**record, INPUT_KEY: keys.get(record["qid"])}),
+                    lambda record: append(keyed(record)),
                 )
         return self.finish(order)
 
