@@ -10,12 +10,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cs3_tasks.cli import refusals_said
 from cs3_tasks.cli.evaluate import DEMO_RESPONSES, cs_vs_en_markdown, evaluate_outputs
 from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.report import leaderboard as report
 from cs3_tasks.report.html import write_report_quietly
 from cs3_tasks.scoring.options import DEMO, add_run_options, options_of
-from cs3_tasks.scoring.settings import ScoringError, settings_from_options
+from cs3_tasks.scoring.settings import settings_from_options
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, default=None, help="items per task (lm-eval --limit)")
 
 
+@refusals_said
 def run(args: argparse.Namespace) -> int:
     started = time.time()
     responses = Path(args.responses)
@@ -51,11 +53,9 @@ def run(args: argparse.Namespace) -> int:
     named = {"judge_preset", "judge_model", "judge_base_url"} & set(metadata)
     if named and metadata.get("judge") == "none" and not args.no_judge:  # a judge was described: it runs
         metadata["judge"] = "env"
-    try:  # the run's settings, checked before anything is written (a GPU asked for is tried here)
-        settings_from_options({**metadata, "dataset": args.dataset})
-    except ScoringError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    # the run's settings, checked before anything is written (a GPU asked for is tried here): a refusal is
+    # one line, exit 2 (cli.refusals_said)
+    settings_from_options({**metadata, "dataset": args.dataset})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     per_model: dict[str, dict[str, dict]] = {}
