@@ -670,6 +670,13 @@ def test_progress_counts_clips_not_batches(fake_batched, capsys):
     assert "5/5" in capsys.readouterr().err
 
 
+def test_progress_ends_at_the_total_when_clips_repeat(fake_batched, capsys):
+    """A clip heard once for its copies counts every copy (the demo's bar stopped at 21/24)."""
+    same = _clip(0.7)
+    transcribe_batch([same, _clip(0.8), same, same], asr=AsrConfig(model="m"), progress=True, use_cache=False)
+    assert "4/4" in capsys.readouterr().err
+
+
 def test_resampled_input_reaches_the_model_at_16k(fake_runner):
     one_second_44k = np.full(44_100, 0.01, dtype=np.float32)
     one_second_22k = np.full(22_050, 0.01, dtype=np.float32)
