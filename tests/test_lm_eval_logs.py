@@ -10,6 +10,7 @@ import os
 
 from cs3_tasks.cli.evaluate import without_local_folders
 from cs3_tasks.harness import quiet
+from cs3_tasks.harness.lm_eval_hook import is_our_task
 from cs3_tasks.harness.portable import portable
 
 
@@ -37,8 +38,8 @@ def test_a_sample_names_its_files_by_content(tmp_path):
 
 
 def test_lm_evals_notice_about_its_own_tasks_is_dropped_for_ours_only(caplog):
-    quiet.install_log_filter()
-    quiet.install_log_filter()  # once per process
+    quiet.install_log_filter(is_our_task)
+    quiet.install_log_filter(is_our_task)  # once per process
     logger = logging.getLogger(quiet.TASK_LOGGER)
     assert sum(isinstance(f, quiet.OurTasksNotice) for f in logger.filters) == 1
     with caplog.at_level(logging.WARNING, logger=quiet.TASK_LOGGER):
@@ -54,7 +55,7 @@ def test_our_runs_keep_gits_complaint_and_lm_evals_request_bars_out(tmp_path, ca
 
     monkeypatch.chdir(tmp_path)  # not a git repository
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
-    with quiet.quiet_lm_eval():
+    with quiet.quiet_lm_eval(is_our_task):
         assert lm_eval.evaluator.get_git_commit_hash() is None
         assert list(lm_eval.api.task.tqdm(range(3), total=3)) == [0, 1, 2]
     err = capfd.readouterr().err

@@ -14,8 +14,8 @@ from typing import Any
 
 from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.data import SETS, load_docs
+from cs3_tasks.harness.lm_eval_hook import is_our_task, with_our_tasks
 from cs3_tasks.harness.lm_eval_hook import task_dir as _task_dir
-from cs3_tasks.harness.lm_eval_hook import with_our_tasks
 from cs3_tasks.harness.quiet import quiet_lm_eval
 from cs3_tasks.scoring.cs_vs_en import cs_vs_en_markdown as markdown_of_cs_vs_en
 from cs3_tasks.scoring.outputs import audio_label
@@ -175,7 +175,7 @@ def evaluate_outputs(
 
     metadata = dict(metadata or {})
     task_list = [tasks] if isinstance(tasks, str) else list(tasks)
-    with quiet_lm_eval():  # lm-eval's notices about its own tasks, its request-building bars
+    with quiet_lm_eval(is_our_task):  # lm-eval's notices about its own tasks, its request-building bars
         results = lm_eval.simple_evaluate(
             model="cs3-precomputed",
             model_args={"outputs": str(outputs)},

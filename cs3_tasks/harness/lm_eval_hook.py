@@ -212,6 +212,13 @@ def register_all_models() -> list[str]:
 
 
 OUR_TASK_PREFIXES = ("cs3", "belle")  # every task (and group) name of ours starts so
+
+
+def is_our_task(name: str) -> bool:
+    """Whether a task (or group) name is one of ours, by its prefix."""
+    return str(name).startswith(OUR_TASK_PREFIXES)
+
+
 RESULTS_KEY = "cs3"  # the key of lm-eval's results (and results_*.json) that says how cs3 tasks were scored
 
 
@@ -270,7 +277,7 @@ def patch_evaluator(evaluator_module) -> None:
         results = original(*args, **kwargs)
         note = scoring_note()
         tasks = results.get("results", {}) if isinstance(results, dict) else {}
-        if note is not None and any(str(task).startswith(OUR_TASK_PREFIXES) for task in tasks):
+        if note is not None and any(is_our_task(task) for task in tasks):
             results[RESULTS_KEY] = note
         return results
 
@@ -389,7 +396,7 @@ def patch_sample_logging(tracker_module) -> None:
         return
 
     def save_results_samples(self, task_name, samples, *args, **kwargs):
-        if str(task_name).startswith(OUR_TASK_PREFIXES):
+        if is_our_task(task_name):
             from cs3_tasks.harness.portable import portable
 
             samples = portable(samples)
@@ -402,7 +409,7 @@ def patch_task_notice(task_module) -> None:
     """``lm_eval.api.task``: its custom-kwargs notice, about its own tasks, is dropped for ours."""
     from cs3_tasks.harness.quiet import install_log_filter
 
-    install_log_filter()
+    install_log_filter(is_our_task)
 
 
 _POST_IMPORT = {

@@ -16,32 +16,29 @@ import functools
 import logging
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 CUSTOM_KWARGS_NOTICE = "Custom kwargs can be passed to `--metadata`"
 TASK_LOGGER = "lm_eval.api.task"
 
 
 class OurTasksNotice(logging.Filter):
-    """Drops lm-eval's custom-kwargs notice when the task it names is one of ours."""
+    """Drops lm-eval's custom-kwargs notice when ``is_ours`` says the task it names is one of ours."""
+
+    def __init__(self, is_ours: Callable[[str], bool]):
+        super().__init__()
+        self.is_ours = is_ours
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        return CUSTOM_KWARGS_NOTICE not in message or message.split(":", 1)[0] not in _our_task_names()
+        return CUSTOM_KWARGS_NOTICE not in message or not self.is_ours(message.split(":", 1)[0])
 
 
-@functools.cache
-def _our_task_names() -> frozenset[str]:
-    from cs3_tasks.harness.lm_eval_hook import our_task_names
-
-    return frozenset(our_task_names())
-
-
-def install_log_filter() -> None:
+def install_log_filter(is_ours: Callable[[str], bool]) -> None:
     """Adds the filter to lm-eval's task logger, once per process."""
     logger = logging.getLogger(TASK_LOGGER)
     if not any(isinstance(f, OurTasksNotice) for f in logger.filters):
-        logger.addFilter(OurTasksNotice())
+        logger.addFilter(OurTasksNotice(is_ours))
 
 
 def quiet_git_commit_hash() -> str | None:
@@ -56,7 +53,7 @@ def quiet_git_commit_hash() -> str | None:
 
 
 @contextlib.contextmanager
-def quiet_lm_eval() -> Iterator[None]:
+def quiet_lm_eval(is_ours: Callable[[str], bool]) -> Iterator[None]:
     """Within: lm-eval's request-building bars off, its ``git describe`` quiet, the notice filtered."""
     from unittest import mock
 
@@ -64,7 +61,7 @@ def quiet_lm_eval() -> Iterator[None]:
     import lm_eval.evaluator
     from tqdm import tqdm
 
-    install_log_filter()
+    install_log_filter(is_ours)
     silent_bar = functools.partial(tqdm, disable=True)
     with (
         mock.patch.object(lm_eval.api.task, "tqdm", silent_bar),
