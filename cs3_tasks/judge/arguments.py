@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cs3_tasks.core.data import HUB_DATASET
 from cs3_tasks.judge.config import (
     DEFAULT_API_KEY_ENV,
     DEFAULT_MODEL,
@@ -23,10 +24,14 @@ def score_command(outputs: str, dataset: str | None = None) -> str:
     command = f"cs3-bench score --outputs {outputs} --set all --out RESULTS" + (
         f" --dataset {dataset}" if dataset else ""
     )
-    return (
-        f"{command}  (needs ${DEFAULT_API_KEY_ENV} for the default judge, {DEFAULT_MODEL}; another judge: "
-        "--judge-preset or --judge-base-url; keyword-only lower bounds, no key: add --no-judge)"
-    )
+    needs = [
+        f"needs ${DEFAULT_API_KEY_ENV} for the default judge, {DEFAULT_MODEL}",
+        "another judge: --judge-preset or --judge-base-url",
+        "keyword-only lower bounds, no key: add --no-judge",
+    ]
+    if not dataset:  # the questions may be another dataset's: scoring on the Hub's would refuse or mislead
+        needs.append(f"questions not from {HUB_DATASET}: add --dataset DIR or --dataset demo")
+    return f"{command}  ({'; '.join(needs)})"
 
 
 def option_value(options: Mapping[str, Any], key: str) -> Any:
