@@ -365,15 +365,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pipeline-stream-json", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     modes = [m for m in dict.fromkeys(args.modes.split(",")) if m and m != "batched"] + ["batched"]
+    # every missing input is named, whichever would be needed first: one run tells the user all they lack
+    missing = []
     if not args.reference_scripts.exists():
-        print(
+        missing.append(
             f"the authors' scripts are not at {args.reference_scripts}: pass --reference-scripts DIR or set "
-            "CS3_REFERENCE_SCRIPTS (a VocalBench-zh checkout; ../shared/reference/vocalbench-zh here)",
-            file=sys.stderr,
+            "CS3_REFERENCE_SCRIPTS (a VocalBench-zh checkout; ../shared/reference/vocalbench-zh here)"
         )
-        return 2
     if args.audio == "belle" and not (SHARED / "belle_eval_s2s" / "test.tsv").is_file():
-        print(f"--audio belle needs {SHARED / 'belle_eval_s2s'} (set CS3_SHARED_DATA)", file=sys.stderr)
+        missing.append(f"--audio belle needs {SHARED / 'belle_eval_s2s'} (set CS3_SHARED_DATA)")
+    if missing:
+        print("\n".join(missing), file=sys.stderr)
         return 2
 
     sys.path.insert(0, str(REPO / "tests"))

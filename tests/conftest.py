@@ -29,12 +29,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import shared_data
 from judge_server import FakeJudgeServer
 
 from cs3_tasks.asr import AsrConfig, Transcript
 
 
 def pytest_configure(config):
+    shared_data.hide_from_commands()  # CS3_TESTS_WITHOUT_SHARED=1: run as a clone without ../shared
     # a pytest-xdist worker inherits the controller's environment: it gets a cache of its own unless the
     # cache was the user's choice, so that every session stays cold
     made_here = os.environ.get("CS3_BENCH_TEST_CACHE")

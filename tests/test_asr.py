@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+from shared_data import BELLE, need
 
 from cs3_tasks import asr
 from cs3_tasks.asr import AsrConfig, Transcript, transcribe_batch
@@ -37,17 +38,8 @@ from cs3_tasks.core.audio import SAMPLE_RATE, load_audio, resample
 BELLE_CER_BOUND = 0.20
 
 
-def _shared_data() -> Path:
-    root = os.environ.get("CS3_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data"
-    return Path(root)
-
-
-BELLE = _shared_data() / "belle_eval_s2s"
-
-
 def _belle_pairs() -> list[tuple[Path, str]]:
-    if not (BELLE / "test.tsv").is_file():
-        pytest.skip(f"BELLE-eval-S2S not found at {BELLE} (set CS3_SHARED_DATA)")
+    need(BELLE / "test.tsv")
     pairs = []
     for row in (BELLE / "test.tsv").read_text(encoding="utf-8").splitlines()[1:]:
         qid, text = row.split("\t", 1)
@@ -98,6 +90,7 @@ def belle_sample(whisper_base) -> tuple[list[tuple[Path, str]], list[Transcript]
 
 
 @pytest.mark.slow
+@pytest.mark.shared
 def test_belle_character_error_rate_on_every_fifth_clip(belle_sample):
     """Real 22.05 kHz Mandarin speech read, resampled, batched and heard. The CER of all 250 clips measures
     Whisper-base rather than this package: benchmarks/belle_asr_cer.py measures it (benchmarks/README.md);
@@ -116,6 +109,7 @@ def test_belle_character_error_rate_on_every_fifth_clip(belle_sample):
 
 
 @pytest.mark.slow
+@pytest.mark.shared
 def test_belle_transcripts_equal_the_golden_file(belle_sample):
     """The pinned engine hears every fifth BELLE clip as tests/golden/asr_transcripts.json says (the demo
     half: tests/test_reproducible.py, which also says how to refresh the file)."""
@@ -126,6 +120,7 @@ def test_belle_transcripts_equal_the_golden_file(belle_sample):
 
 
 @pytest.mark.slow
+@pytest.mark.shared
 def test_path_bytes_array_and_dict_inputs_give_equal_transcripts(whisper_base):
     wav, reference = _belle_pairs()[0]
     raw = wav.read_bytes()
@@ -140,6 +135,7 @@ def test_path_bytes_array_and_dict_inputs_give_equal_transcripts(whisper_base):
 
 
 @pytest.mark.slow
+@pytest.mark.shared
 def test_22k_and_44k_inputs_are_resampled(whisper_base, tmp_path):
     pairs = _belle_pairs()[:3]
     sources, refs = [], []
@@ -159,6 +155,7 @@ def test_22k_and_44k_inputs_are_resampled(whisper_base, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.shared
 def test_language_detection_zh_for_belle(whisper_base):
     wav, _ = _belle_pairs()[1]
     (transcript,) = transcribe_batch(
@@ -184,6 +181,7 @@ def test_language_detection_en_for_espeak_english(whisper_base, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.shared
 def test_bad_items_give_error_transcripts_and_the_rest_continue(whisper_base, tmp_path):
     wav, reference = _belle_pairs()[0]
     corrupt = tmp_path / "corrupt.wav"
@@ -208,6 +206,7 @@ def test_bad_items_give_error_transcripts_and_the_rest_continue(whisper_base, tm
 
 
 @pytest.mark.slow
+@pytest.mark.shared
 def test_real_model_cache_hit_does_no_asr(whisper_base, monkeypatch, isolated_cache):
     wavs = [p for p, _ in _belle_pairs()[:2]]
     first = transcribe_batch(wavs, asr=AsrConfig(model=whisper_base), progress=False)
@@ -225,6 +224,7 @@ def test_real_model_cache_hit_does_no_asr(whisper_base, monkeypatch, isolated_ca
 
 
 @pytest.mark.slow
+@pytest.mark.shared
 def test_batched_and_per_clip_decoding_give_identical_transcripts(whisper_base, monkeypatch):
     """The batched path reproduces WhisperModel.transcribe exactly (measured: 24/24 BELLE clips equal).
 
@@ -256,6 +256,7 @@ def test_batched_and_per_clip_decoding_give_identical_transcripts(whisper_base, 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed")
 @pytest.mark.parametrize("mode", ["packed", "batched"])
+@pytest.mark.shared
 def test_language_is_detected_per_clip_in_one_batch(whisper_base, tmp_path, monkeypatch, mode):
     monkeypatch.setenv(asr_config.SHORT_CLIPS_ENV, mode)
     english = tmp_path / "en.wav"
@@ -283,6 +284,7 @@ def test_language_is_detected_per_clip_in_one_batch(whisper_base, tmp_path, monk
 
 
 @pytest.mark.slow
+@pytest.mark.shared
 def test_corrupt_clip_in_a_batch_fails_alone(whisper_base, tmp_path, monkeypatch):
     monkeypatch.setenv(asr_config.SHORT_CLIPS_ENV, "batched")
     wavs = _same_length(*(load_audio(p) for p, _ in _belle_pairs()[:2]))  # one cap: one batch
@@ -319,6 +321,7 @@ def test_unfinished_segment_rule_matches_faster_whisper():
 
 
 @pytest.mark.slow
+@pytest.mark.shared
 def test_packed_decoding_matches_per_clip_accuracy_on_belle(whisper_base, belle_sample, monkeypatch):
     """Packed windows vs one window per clip (the default) on 24 BELLE clips: as accurate, every clip
     resolved.
@@ -356,6 +359,7 @@ def test_packed_decoding_matches_per_clip_accuracy_on_belle(whisper_base, belle_
 
 
 @pytest.mark.slow
+@pytest.mark.shared
 def test_uncertain_language_clips_are_decoded_alone(whisper_base, monkeypatch):
     """A clip whose language detection is unsure is not packed (hard audio: segments merge or loop)."""
     monkeypatch.setenv(asr_config.SHORT_CLIPS_ENV, "packed")
@@ -386,6 +390,7 @@ def test_uncertain_language_clips_are_decoded_alone(whisper_base, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.shared
 def test_silent_clip_among_packed_clips_is_empty_and_neighbours_are_intact(whisper_base, monkeypatch):
     monkeypatch.setenv(asr_config.SHORT_CLIPS_ENV, "packed")
     wavs = [p for p, _ in _belle_pairs()[:3]]
@@ -663,6 +668,13 @@ def test_progress_counts_clips_not_batches(fake_batched, capsys):
         [_clip(0.6 + i / 100) for i in range(5)], asr=AsrConfig(model="m"), progress=True, batch_size=4
     )
     assert "5/5" in capsys.readouterr().err
+
+
+def test_progress_ends_at_the_total_when_clips_repeat(fake_batched, capsys):
+    """A clip heard once for its copies counts every copy (the demo's bar stopped at 21/24)."""
+    same = _clip(0.7)
+    transcribe_batch([same, _clip(0.8), same, same], asr=AsrConfig(model="m"), progress=True, use_cache=False)
+    assert "4/4" in capsys.readouterr().err
 
 
 def test_resampled_input_reaches_the_model_at_16k(fake_runner):

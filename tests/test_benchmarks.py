@@ -17,13 +17,15 @@ import sys
 from pathlib import Path
 
 import pytest
+import shared_data
+from shared_data import AUTHORS as REFERENCE_SCRIPTS
+from shared_data import DATA as SHARED_DATA
+from shared_data import need as needs
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
-SHARED_DATA = Path(os.environ.get("CS3_SHARED_DATA") or REPO.parent / "shared" / "data")
-REFERENCE_SCRIPTS = Path(
-    os.environ.get("CS3_REFERENCE_SCRIPTS") or REPO.parent / "shared" / "reference" / "vocalbench-zh"
-)
+# without ../shared the scripts must not find the authors' scripts beside the clone either
+HIDDEN_SCRIPTS = {"CS3_REFERENCE_SCRIPTS": str(REFERENCE_SCRIPTS)} if shared_data.HIDDEN else {}
 SCRIPTS = sorted(path.name for path in BENCHMARKS.glob("*.py"))
 
 
@@ -37,7 +39,7 @@ def run_script(name: str, tmp_path: Path, *args: str, env: dict | None = None, t
         (cache / "models").symlink_to(session_models, target_is_directory=True)
     scratch = tmp_path / "cwd"
     scratch.mkdir(exist_ok=True)
-    environment = {**os.environ, "CS3_BENCH_CACHE": str(cache), **(env or {})}
+    environment = {**os.environ, "CS3_BENCH_CACHE": str(cache), **HIDDEN_SCRIPTS, **(env or {})}
     result = subprocess.run(
         [sys.executable, str(BENCHMARKS / name), *args],
         cwd=scratch,
@@ -49,12 +51,6 @@ def run_script(name: str, tmp_path: Path, *args: str, env: dict | None = None, t
     )
     print(result.stdout[-4000:], result.stderr[-4000:], sep="\n")  # shown when a test fails
     return result
-
-
-def needs(*paths: Path) -> None:
-    for path in paths:
-        if not path.exists():
-            pytest.skip(f"{path} is absent (the shared data beside the clone)")
 
 
 def needs_module(name: str) -> None:
@@ -107,6 +103,7 @@ def test_score_throughput_without_the_authors_scripts_says_where_to_find_them(tm
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.shared
 def test_belle_scripts_without_the_shared_data_say_so(tmp_path):
     empty = {"CS3_SHARED_DATA": str(tmp_path / "no-shared-data")}
     result = run_script("belle_asr_cer.py", tmp_path, "--limit", "1", env=empty)
@@ -117,6 +114,7 @@ def test_belle_scripts_without_the_shared_data_say_so(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.shared
 def test_score_throughput(tmp_path):
     """The issue's command, smallest: the default (reference) protocol finds the authors' scripts itself."""
     needs(SHARED_DATA / "belle_eval_s2s", REFERENCE_SCRIPTS)
@@ -212,6 +210,7 @@ def test_gpu_asr_on_the_gpu(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.shared
 def test_belle_asr_cer(tmp_path):
     needs(SHARED_DATA / "belle_eval_s2s")
     if not offline_whisper_installed():
@@ -228,6 +227,7 @@ def test_protocol_keyword_stage(tmp_path):
     assert "reference" in result.stdout and "cs3" in result.stdout
 
 
+@pytest.mark.shared
 def test_protocol_keyword_stage_end_to_end(tmp_path):
     needs(REFERENCE_SCRIPTS)
     result = run_script(

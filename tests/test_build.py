@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from shared_data import CS3_SOURCE as SHARED_SOURCE
+from shared_data import need
 
 from cs3_tasks.asr import AsrConfig, Transcript
 from cs3_tasks.build import card, qc, tts
@@ -37,8 +39,6 @@ from cs3_tasks.core import data
 from cs3_tasks.core.cache import AudioCache
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("CS3_SHARED_DATA") or REPO.parent / "shared" / "data")
-SHARED_SOURCE = SHARED / "cs3bench"
 DEMO_SOURCE = REPO / "cs3_tasks" / "demo" / "source"
 needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
 
@@ -580,8 +580,7 @@ def test_cosyvoice2_build_assigns_speakers_per_qid(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def full_build(tmp_path_factory):
-    if not SHARED_SOURCE.is_dir():
-        pytest.skip(f"shared CS3-Bench source not found at {SHARED_SOURCE} (set CS3_SHARED_DATA)")
+    need(SHARED_SOURCE)
     if shutil.which("espeak-ng") is None:
         pytest.skip("espeak-ng is not installed")
     from cs3_tasks import asr
@@ -608,6 +607,7 @@ def full_build(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.shared
 def test_full_build_counts_schema_joins(full_build):
     import datasets
 
@@ -647,6 +647,7 @@ def test_full_build_counts_schema_joins(full_build):
 
 
 @pytest.mark.slow
+@pytest.mark.shared
 def test_full_build_audio_is_16k_mono_flac(full_build):
     import soundfile as sf
 
@@ -664,6 +665,7 @@ def test_full_build_audio_is_16k_mono_flac(full_build):
 
 
 @pytest.mark.slow
+@pytest.mark.shared
 def test_full_build_qc_sample_and_card(full_build):
     out, _, qc = full_build
     front = card_front_matter(out)

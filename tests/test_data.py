@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 from pathlib import Path
 
 import pytest
+from shared_data import CS3_SOURCE as SHARED_SOURCE
+from shared_data import need
 
 from cs3_tasks.core import data
 
-SHARED = Path(os.environ.get("CS3_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
-SHARED_SOURCE = SHARED / "cs3bench"
 DEMO_SOURCE = Path(data.__file__).resolve().parents[1] / "demo" / "source"
 
 
@@ -72,9 +71,9 @@ def test_demo_source_is_valid_and_balanced():
     assert all(any(c.isascii() and c.isalpha() for c in r["Question"]) for r in source["knowledge"])
 
 
+@pytest.mark.shared
 def test_shared_source_loads_with_optional_question_zh():
-    if not SHARED_SOURCE.is_dir():
-        pytest.skip(f"shared CS3-Bench source not found at {SHARED_SOURCE} (set CS3_SHARED_DATA)")
+    need(SHARED_SOURCE)
     source = data.load_source(SHARED_SOURCE)
     assert {k: len(v) for k, v in source.items()} == {
         "knowledge": 362,

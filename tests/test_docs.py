@@ -30,10 +30,10 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from shared_data import AUTHORS
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-AUTHORS = REPO.parent / "shared" / "reference" / "vocalbench-zh"
 DEMO = REPO / "cs3_tasks" / "demo" / "responses"
 BLOCK = re.compile(r"```(?:bash|sh|console)\n(.*?)```", re.S)
 NEEDS = re.compile(r"^\*Needs: (.+)\*$")
@@ -175,6 +175,7 @@ RUN_AS_WRITTEN = [doc for doc in DOCS if any(d == doc and n is None for d, _, _,
 
 @pytest.mark.slow
 @pytest.mark.parametrize("doc", RUN_AS_WRITTEN, ids=lambda d: d.name)
+@pytest.mark.shared
 def test_the_blocks_of_a_doc_run_as_written(doc, tmp_path, judge_server):
     if not (AUTHORS / "utils").is_dir():
         pytest.skip(

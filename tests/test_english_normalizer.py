@@ -13,12 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from shared_data import CS3_SOURCE as CS3BENCH
+from shared_data import need
 
 from cs3_tasks.core.english_normalizer import basic_normalizer, english_normalizer
 from cs3_tasks.core.scripts import CJK_CLASS
 
 ROOT = Path(__file__).resolve().parents[1]
-CS3BENCH = ROOT.parent / "shared" / "data" / "cs3bench"
 DEMO_RESPONSES = ROOT / "cs3_tasks" / "demo" / "responses"
 _CJK_RUN = re.compile(f"[{CJK_CLASS}]+")
 # What the torch-free copy is checked against beyond the data: every rule family of the normaliser.
@@ -69,11 +70,9 @@ def _assert_same_as_whisper(texts: list[str]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.shared
 def test_equals_whisper_on_every_english_answer_of_cs3bench():
-    if not CS3BENCH.is_dir():
-        reason = f"CS3-Bench source files not found at {CS3BENCH} (../shared beside the repository)"
-        print(reason)
-        pytest.skip(reason)
+    need(CS3BENCH)
     texts = _cs3bench_english()
     assert len(texts) > 900, f"only {len(texts)} English texts read from {CS3BENCH}"
     _assert_same_as_whisper(texts + HAND_CASES)

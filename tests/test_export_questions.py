@@ -18,9 +18,11 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def test_export_then_score_own_answers(tmp_path, fake_asr, capsys):
+def test_export_then_score_own_answers(tmp_path, fake_asr, capsys, monkeypatch):
     questions = tmp_path / "questions"
     assert cli.main(["export-questions", "--out", str(questions), "--dataset", "demo"]) == 0
+    printed = capsys.readouterr().out.splitlines()[-1].strip()
+    command, needs = printed.split("  (", 1)  # the next step as printed, and what it needs
     for set_name in data.SETS:
         rows = [json.loads(line) for line in (questions / f"{set_name}.jsonl").read_text().splitlines()]
         assert [row["Qid"] for row in rows] == [d["Qid"] for d in data.load_docs(set_name, "demo")]
@@ -43,7 +45,24 @@ def test_export_then_score_own_answers(tmp_path, fake_asr, capsys):
 
     fake = fake_asr(lambda audio, language: "heard")
     results = tmp_path / "results"
-    argv = ["score", "--outputs", str(answers), "--set", "all", "--out", str(results), "--dataset", "demo"]
+    places = {"FOLDER": str(answers), "RESULTS": str(results)}
+    argv = [places.get(word, word) for word in command.split()[1:]]
+    assert argv == [
+        "score",
+        "--outputs",
+        str(answers),
+        "--set",
+        "all",
+        "--out",
+        str(results),
+        "--dataset",
+        "demo",
+    ]
+    # as printed, without a key: refused, naming the key it needs, as the hint said
+    monkeypatch.delenv("DASHSCOPE_API_KEY", raising=False)
+    assert "$DASHSCOPE_API_KEY" in needs and "--no-judge" in needs
+    assert cli.main([*argv, "--asr-model", "fake-asr", "--no-progress"]) == 2
+    assert "DASHSCOPE_API_KEY" in capsys.readouterr().err
     assert cli.main([*argv, "--asr-model", "fake-asr", "--no-judge", "--no-progress"]) == 0
     for set_name in data.SETS:
         summary = json.loads((results / f"{set_name}.summary.json").read_text())

@@ -17,12 +17,13 @@ from judge_server import Reply
 
 from cs3_tasks import cli
 from cs3_tasks.report.leaderboard import COLUMNS
-from cs3_tasks.scoring.cs_vs_en import cs_vs_en_markdown
+from cs3_tasks.scoring.cs_vs_en import cs_vs_en_markdown, gap_entry
+from cs3_tasks.scoring.formatting import format_entry
 
 DEMO = Path(cli.__file__).resolve().parents[1] / "demo" / "responses"
 # with its bounds, or without when one is unbounded (a preserve rate whose English accuracy may be 0)
 INCOMPLETE = re.compile(
-    r"^incomplete(: -?\d+\.\d+(-| to )-?\d+\.\d+(%| points)?)? \(\d+ verdicts? missing\)$"
+    r"^incomplete(: -?\d+\.\d+(-| to )-?\d+\.\d+(%| points)?)? \(\d+ verdicts? missing(; a ratio: [^)]*)?\)$"
 )
 
 
@@ -128,6 +129,26 @@ def test_cs_vs_en_tables_mark_incomplete_values(scored):
         (speech,) = [row for row in rows if "speech" in row[:2]]
         values = speech[speech.index("speech") + 1 :]
         assert len(values) == 5 and all(INCOMPLETE.match(v) for v in values), speech  # each shows its bounds
+
+
+def test_ratio_bounds_past_100_percent_say_why():
+    """preserve = acc cs / acc en: where acc cs may exceed acc en its bounds pass 100%; right,
+    and said, so it does not read as a bug. Bounds within 100% carry no note; a difference never does."""
+    gap = {
+        "preserve": 0.5,
+        "drop_rel": 0.2,
+        "drop_abs": 0.1,
+        "incomplete": {
+            "preserve": {"bounds": [0.136, 11.0], "n_missing_verdict": 12},
+            "drop_rel": {"bounds": [0.1, 0.4], "n_missing_verdict": 12},
+            "drop_abs": {"bounds": [-0.2, 0.5], "n_missing_verdict": 12},
+        },
+    }
+    assert format_entry(gap_entry(gap, "preserve")) == (
+        "incomplete: 13.6-1100.0% (12 verdicts missing; a ratio: past 100% where acc cs may exceed acc en)"
+    )
+    assert format_entry(gap_entry(gap, "drop_rel")) == "incomplete: 10.0-40.0% (12 verdicts missing)"
+    assert "ratio" not in format_entry(gap_entry(gap, "drop_abs"))
 
 
 def test_the_html_report_marks_them_too(scored):

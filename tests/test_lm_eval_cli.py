@@ -136,10 +136,13 @@ def test_lm_eval_run_use_cache_and_log_samples(tmp_path):
     assert samples_files, list(out.rglob("*"))
     samples = [json.loads(line) for line in samples_files[0].read_text(encoding="utf-8").splitlines()]
     assert len(samples) == 3
+    # files named by their content: no HOME, clone or cache folder in what lm-eval logged
+    logged = samples_files[0].read_text(encoding="utf-8")
+    assert not [p for p in (str(REPO), str(Path.home()), os.environ["CS3_BENCH_CACHE"]) if p in logged]
     for sample in samples:
         record = json.loads(sample["filtered_resps"][0])
-        assert record["qid"] == sample["doc"]["Qid"]
-        assert record["text"] and Path(record["audio"]).is_file()
+        assert record["qid"] == sample["doc"]["Qid"] and sample["doc"]["audio"].startswith("sha256:")
+        assert record["text"] and record["audio"].startswith("sha256:")
         assert record["transcript"] is not None and record["asr_error"] is None
         assert record["text_status"] in ("keyword", "unresolved")
     results = json.loads(next(out.rglob("results_*.json")).read_text(encoding="utf-8"))

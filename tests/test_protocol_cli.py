@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import FakeASR
 from judge_server import Reply, by_keyword
+from shared_data import AUTHORS
 
 from cs3_tasks.cli import score as score_cli
 from cs3_tasks.report import leaderboard as report
@@ -21,8 +22,6 @@ from cs3_tasks.scoring import settings as scoring_settings
 from cs3_tasks.scoring import store as scoring_store
 from cs3_tasks.scoring.outputs import read_outputs
 from cs3_tasks.scoring.protocols import reference
-
-AUTHORS = Path(__file__).resolve().parents[2] / "shared" / "reference" / "vocalbench-zh"
 
 DOCS = [
     {"Qid": f"k-{i:03d}", "Question": f"问题{i}", "Answer_zh": f"答案{i}", "Answer_en": f"answer{i}"}
@@ -154,6 +153,7 @@ def test_array_file_no_longer_scores_nothing(tmp_path, asr):
     assert all(r["problem"] is None for r in records.values())
 
 
+@pytest.mark.shared
 def test_reference_default_and_cs3_on_the_same_outputs(tmp_path, asr, judge_server):
     scripts = _need_authors()
     root = _outputs(tmp_path / "model")
@@ -199,6 +199,7 @@ def test_reference_default_and_cs3_on_the_same_outputs(tmp_path, asr, judge_serv
     assert "| reference |" in report.leaderboard_markdown(rows)
 
 
+@pytest.mark.shared
 def test_reference_judge_errors_are_missing_with_bounds(tmp_path, asr, judge_server):
     scripts = _need_authors()
     root = _outputs(tmp_path / "model")

@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import warnings
-from pathlib import Path
 
 import pytest
+from shared_data import CS3_SOURCE, need
 
 from cs3_tasks.core import text
 from cs3_tasks.recipe import transforms as tf
 
-SHARED = Path(os.environ.get("CS3_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
-CS3 = SHARED / "cs3bench"
-
 
 def _real_items(name: str) -> list[dict]:
-    path = CS3 / name
-    if not path.exists():
-        pytest.skip(f"shared CS3-Bench source not found at {path} (set CS3_SHARED_DATA)")
+    path = CS3_SOURCE / name
+    need(path)
     return json.loads(path.read_text(encoding="utf-8"))
 
 
@@ -83,6 +78,7 @@ def test_postprocess_splits_text_and_speech_channels():
 
 
 @pytest.mark.parametrize("set_file", ["cs_knowledge.json", "cs_open_ended.json"])
+@pytest.mark.shared
 def test_transforms_on_real_items(set_file):
     items = _real_items(set_file)
     with_english = 0

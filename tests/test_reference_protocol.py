@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pytest
 from judge_server import FakeJudgeServer, Reply
+from shared_data import AUTHORS, CS3_SOURCE
 
 from cs3_tasks.cli import main as cs3_bench
 from cs3_tasks.judge import JudgeConfig
@@ -44,9 +45,8 @@ from cs3_tasks.scoring.protocols import reference, reference_scripts
 from cs3_tasks.scoring.records import judge_unparsed
 from cs3_tasks.scoring.summary import add_comparability, summarize, summary_markdown
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-AUTHORS = SHARED / "reference" / "vocalbench-zh"
-DATA = SHARED / "data" / "cs3bench"
+DATA = CS3_SOURCE
+pytestmark = pytest.mark.shared  # most tests here read the authors' scripts
 
 # ask k of a prompt gets script[min(k, len - 1)]
 KNOWLEDGE_ZH_SCRIPTS = [

@@ -3,7 +3,11 @@ from file:// on the demo's report (both demo systems scored with the stand-in AS
 
 Needs ``apt-get install -y chromium`` and ``pip install playwright`` (never ``playwright install``: the
 Debian browser is used through ``executable_path``); skipped, with the reason printed, when either is missing.
-``CS3_UPDATE_SCREENSHOT=1`` also refreshes docs/report_screenshot.png.
+README's screenshot, docs/report_screenshot.png, is made here from the demo scored as the pinned ASR engine
+hears it (tests/golden/asr_transcripts.json, which tests/test_reproducible.py checks against the engine);
+docs/report_screenshot.json lists the rows it shows, and the test fails when they are no longer what the
+report shows: refresh both with ``CS3_UPDATE_SCREENSHOT=1 python -m pytest tests/test_report_browser.py -k
+screenshot``.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from demo_results import DEMO, score_demo
 
 CHROMIUM = os.environ.get("CS3_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 SCREENSHOT = Path(__file__).resolve().parents[1] / "docs" / "report_screenshot.png"
+SHOWN = SCREENSHOT.with_suffix(".json")  # the rows the screenshot shows: Qid and transcript
 ACCURACY_COLUMNS = {
     "acc text (cs)": ("knowledge", "text"),
     "acc speech (cs)": ("knowledge", "speech"),
@@ -145,7 +150,7 @@ def test_every_item_has_a_playable_response(browser_page, demo_report):
 
 
 @pytest.mark.slow
-def test_paired_views_and_screenshot(browser_page, demo_report, tmp_path):
+def test_paired_views(browser_page, demo_report):
     _open(browser_page, demo_report, "pairs-view")
     browser_page.select_option("#pairs-model", "demo-weak")
     assert browser_page.eval_on_selector_all("#pairs-table tbody tr", "trs => trs.length") == 24
@@ -153,16 +158,34 @@ def test_paired_views_and_screenshot(browser_page, demo_report, tmp_path):
     browser_page.select_option("#models-set", "knowledge_en")
     header = browser_page.eval_on_selector_all("#models-table thead th", "ths => ths.map(t => t.textContent)")
     assert header[-2:] == ["demo-strong", "demo-weak"]
-    _open(browser_page, demo_report, "items-view")
-    _show_items(browser_page, "demo-strong", "knowledge_en", "text_right_speech_wrong")
+
+
+@pytest.mark.slow
+def test_the_readme_screenshot_shows_what_the_report_shows(browser_page, tmp_path, fake_asr):
+    """The items README shows (demo-strong, knowledge, text right and speech wrong), as the pinned engine
+    hears them: the rows in docs/report_screenshot.json are the report's, or the screenshot is stale."""
+    report = score_demo(fake_asr, tmp_path / "results", pinned=True)
+    _open(browser_page, report, "items-view")
+    _show_items(browser_page, "demo-strong", "knowledge", "text_right_speech_wrong")
+    rows = browser_page.eval_on_selector_all(
+        "#items-table tbody tr",
+        "trs => trs.map(tr => [tr.dataset.qid, tr.cells[5].querySelector('div').textContent])",
+    )
+    shown = {"model": "demo-strong", "set": "knowledge", "show": "text_right_speech_wrong", "rows": rows}
+    players = "Array.from(document.querySelectorAll('#items-table audio'))"
+    browser_page.evaluate(f"{players}.forEach(a => a.load())")
+    browser_page.wait_for_function(f"{players}.every(a => a.readyState >= 1)", timeout=15000)  # durations
     shot = browser_page.screenshot()
     assert shot.startswith(b"\x89PNG") and len(shot) > 10_000
-    (tmp_path / "report.png").write_bytes(shot)
     if os.environ.get("CS3_UPDATE_SCREENSHOT") == "1":
         from PIL import Image
 
         image = Image.open(io.BytesIO(shot)).convert("RGB").quantize(colors=64)
         image.save(SCREENSHOT, optimize=True)
+        SHOWN.write_text(json.dumps(shown, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    refresh = "CS3_UPDATE_SCREENSHOT=1 python -m pytest tests/test_report_browser.py -k screenshot"
+    stored = json.loads(SHOWN.read_text(encoding="utf-8"))
+    assert stored == shown, f"the README screenshot is stale; refresh it: {refresh}"
 
 
 # Issue 31, items 6 and 7 and the 10 MB response: any string is a Qid or a model name (the names of

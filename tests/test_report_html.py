@@ -101,6 +101,32 @@ def test_compare_prints_difference_ci_mcnemar(results, capsys):
     assert cli.main(["compare", str(results / "demo-strong"), str(results / "nowhere")]) == 2
 
 
+def test_the_report_finds_the_dataset_the_runs_were_scored_on(results, tmp_path, monkeypatch):
+    """No --dataset: the demo set is found by the identity the settings recorded; a dataset that cannot be
+    found, or one given that is not the runs', is said in the Items view, with what to pass."""
+    monkeypatch.delenv("CS3_BENCH_DATASET", raising=False)
+    dirs = [str(results / "demo-strong"), str(results / "demo-weak")]
+    assert cli.main(["report", *dirs, "--html", str(tmp_path / "found")]) == 0
+    found = read_items(tmp_path / "found")
+    assert found["question_notes"] == {}
+    assert found["questions"]["knowledge"]["demo_knowledge-000"]["answers"]["Answer_en"] == "Tanzania"
+
+    elsewhere = tmp_path / "elsewhere"  # scored on a dataset this machine does not have
+    settings = results / "demo-strong" / "knowledge.settings.json"
+    recorded = json.loads(settings.read_text(encoding="utf-8"))
+    settings.write_text(json.dumps({**recorded, "dataset_sha256": "f" * 64}), encoding="utf-8")
+    assert cli.main(["report", str(results / "demo-strong"), "--html", str(elsewhere)]) == 0
+    note = read_items(elsewhere)["question_notes"]["knowledge"]
+    assert note.startswith("knowledge: questions not shown") and "ffffffffffff" in note
+    assert "--dataset" in note
+    assert read_items(elsewhere)["questions"]["knowledge"] == {}
+    assert 'id="items-note"' in (elsewhere / "index.html").read_text(encoding="utf-8")
+
+    given = tmp_path / "given"  # the demo given for runs scored on another dataset: shown, and said
+    assert cli.main(["report", str(results / "demo-strong"), "--html", str(given), "--dataset", "demo"]) == 0
+    assert "not the dataset these runs were scored on" in read_items(given)["question_notes"]["knowledge"]
+
+
 def test_hostile_text_stays_text_and_missing_audio_is_named(tmp_path):
     record = blank_record("knowledge", "q-1", "Acoustic", None, "cs3")
     record.update(
@@ -123,7 +149,7 @@ def test_hostile_text_stays_text_and_missing_audio_is_named(tmp_path):
     index = write_html_report(tmp_path / "report", [result], ReportSettings(dataset=None))
     page = index.read_text(encoding="utf-8")
     assert "<b>model</b>" not in page and "evil&lt;b&gt;model&lt;/b&gt;" in page
-    assert "questions not shown (no dataset given" in page
+    assert "questions not shown: these results do not say which dataset" in page
     (row,) = read_items(tmp_path / "report")["answers"]["evil<b>model</b>"]["knowledge"]
     assert row["audio_label"].endswith("gone.wav") and "audio_url" not in row
     assert row["psr_words"][-1] == ["tanzania", 0]  # "Tanzania" was written, not heard

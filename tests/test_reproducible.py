@@ -157,15 +157,29 @@ def test_the_demo_hears_every_clip_as_the_golden_file(readme_demo):
     assert_golden("demo", heard)
 
 
+def test_the_demo_prints_ours_and_not_lm_evals_notices(readme_demo):
+    """What the demo prints is what a user reads: lm-eval's notices about its own tasks, git's complaint
+    about the folder and lm-eval's request-building bars stay out; each ASR bar ends at its total."""
+    result, out = readme_demo
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Custom kwargs" not in result.stderr and "fatal: not a git repository" not in result.stderr
+    bars = [line for line in re.split(r"[\r\n]", result.stderr) if "|" in line and "/" in line]
+    assert bars and all(line.startswith(("ASR", "cs3-precomputed")) for line in bars), bars[:5]
+    # each ASR bar, from its start to the next one's, ends at its total
+    started = re.split(r"(?=ASR \(\d+ cached\):\s+0%)", result.stderr)[1:]
+    lasts = [re.findall(r"ASR \(\d+ cached\):[^|]*\|[^|]*\| (\d+)/(\d+)", bar)[-1] for bar in started]
+    assert lasts and all(done == total for done, total in lasts), lasts
+
+
 def test_the_demos_results_name_no_folder_of_this_machine(readme_demo):
-    """What the demo writes for sharing (records, settings, summaries, leaderboard, report) holds no local
-    path, and says by identity which ASR heard the speech; lm-eval's own results file is lm-eval's."""
+    """What the demo writes for sharing (records, settings, summaries, leaderboard, report, lm-eval's results)
+    holds no local path, and says by identity which ASR heard the speech."""
     result, out = readme_demo
     assert result.returncode == 0, result.stderr[-3000:]
     local = [str(out.parent), str(REPO), str(Path.home()), os.environ["CS3_BENCH_CACHE"]]
     for path in sorted(out.rglob("*")):
         if path.is_file() and path.suffix in (".json", ".jsonl", ".md", ".csv", ".html", ".js"):
-            if path.name == "lm_eval_results.json" or path.name.startswith("."):
+            if path.name.startswith("."):
                 continue
             text = path.read_text(encoding="utf-8")
             assert not [p for p in local if p in text], f"{path.relative_to(out)} names a local folder"

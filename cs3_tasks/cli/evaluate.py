@@ -14,8 +14,9 @@ from typing import Any
 
 from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.data import SETS, load_docs
+from cs3_tasks.harness.lm_eval_hook import is_our_task, with_our_tasks
 from cs3_tasks.harness.lm_eval_hook import task_dir as _task_dir
-from cs3_tasks.harness.lm_eval_hook import with_our_tasks
+from cs3_tasks.harness.quiet import quiet_lm_eval
 from cs3_tasks.scoring.cs_vs_en import cs_vs_en_markdown as markdown_of_cs_vs_en
 from cs3_tasks.scoring.outputs import audio_label
 from cs3_tasks.scoring.store import dataset_identity, write_local_outputs
@@ -123,6 +124,22 @@ def cs_vs_en_markdown(per_model: Mapping[str, Mapping[str, dict]]) -> str:
     return markdown_of_cs_vs_en(per_model)
 
 
+def without_local_folders(text: str, outputs: Path) -> str:
+    """lm-eval's results (JSON text) of our own run with this machine's folders named portably: this
+    checkout (the task YAMLs lm-eval names as ``config_source``, the bundled demo responses) as
+    ``<cs3-bench>``, an outputs folder elsewhere as ``<outputs>``, HOME as ``~``."""
+    checkout = Path(__file__).resolve().parents[2]
+    roots = {str(_task_dir().resolve().parent): "<cs3-bench>", str(checkout): "<cs3-bench>"}
+    if len(Path.home().parts) > 1:  # a HOME of "/" names no folder of its own
+        roots[str(Path.home())] = "~"
+    outputs = Path(outputs).resolve()
+    if not outputs.is_relative_to(checkout):
+        roots[str(outputs)] = "<outputs>"
+    for root in sorted(roots, key=len, reverse=True):  # the deepest folder names its files
+        text = text.replace(json.dumps(root, ensure_ascii=False)[1:-1], roots[root])
+    return text
+
+
 def _json_default(value: Any) -> Any:
     if isinstance(value, float) and math.isnan(value):
         return None
@@ -158,24 +175,23 @@ def evaluate_outputs(
 
     metadata = dict(metadata or {})
     task_list = [tasks] if isinstance(tasks, str) else list(tasks)
-    results = lm_eval.simple_evaluate(
-        model="cs3-precomputed",
-        model_args={"outputs": str(outputs)},
-        tasks=task_list,
-        task_manager=task_manager(metadata=metadata),
-        metadata=metadata,
-        log_samples=True,
-        bootstrap_iters=0,
-        limit=limit,
-    )
+    with quiet_lm_eval(is_our_task):  # lm-eval's notices about its own tasks, its request-building bars
+        results = lm_eval.simple_evaluate(
+            model="cs3-precomputed",
+            model_args={"outputs": str(outputs)},
+            tasks=task_list,
+            task_manager=task_manager(metadata=metadata),
+            metadata=metadata,
+            log_samples=True,
+            bootstrap_iters=0,
+            limit=limit,
+        )
     print(make_table(results))
     if results.get("groups"):
         print(make_table(results, "groups"))
     samples = results.pop("samples", {}) or {}
     out.mkdir(parents=True, exist_ok=True)
-    (out / "lm_eval_results.json").write_text(
-        json.dumps(_strip_nan(results), indent=2, ensure_ascii=False, default=_json_default) + "\n",
-        encoding="utf-8",
-    )
+    text = json.dumps(_strip_nan(results), indent=2, ensure_ascii=False, default=_json_default) + "\n"
+    (out / "lm_eval_results.json").write_text(without_local_folders(text, Path(outputs)), encoding="utf-8")
     records = {s: r for (s, variant), r in records_from_samples(samples).items() if variant == "audio"}
     return write_scored_dir(records, out, model, metadata, outputs=Path(outputs))

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from cs3_tasks.core.cache import atomic_write, json_text
 from cs3_tasks.core.data import AUDIO_COLUMN, SETS, DatasetUnavailableError, load_set
+from cs3_tasks.judge.arguments import score_command
 
 QUESTION_FIELD = "Question"
 MANIFEST = ".cs3-questions.json"  # the files an export wrote: path relative to OUT -> sha256 (None: writing)
@@ -153,9 +154,6 @@ def run(args: argparse.Namespace) -> int:
         return 2
     for set_name, n in counts.items():
         print(f"{set_name}: {n} questions -> {args.out / (set_name + '.jsonl')}")
-    print(
-        "answer them into FOLDER/<set>.jsonl rows {Qid, text, audio}, then: "
-        "cs3-bench score --outputs FOLDER --set all --out RESULTS"
-        + (f" --dataset {args.dataset}" if args.dataset else "")
-    )
+    print("answer them into FOLDER/<set>.jsonl rows {Qid, text, audio}, then score them:")
+    print(f"  {score_command('FOLDER', args.dataset)}")
     return 0

@@ -13,7 +13,11 @@ Then, right after lm-eval's own modules have run:
   judge, comparable_to_paper, notes), in results_*.json and as a line under the printed table;
 * ``lm_eval.api.registry``: a lookup of one of ``MODEL_MODULES`` (``--model cs3-precomputed``...) imports
   that wrapper module on first use; its ``@register_model`` does the registration. A wrapper whose
-  module fails to import only breaks its own name, with an error saying which module and why.
+  module fails to import only breaks its own name, with an error saying which module and why;
+* ``lm_eval.loggers.evaluation_tracker``: ``--log_samples`` writes a cs3 task's samples with every file named
+  by its content (``sha256:<hex>``), never a HOME, clone or cache path (``cs3_tasks/harness/portable.py``);
+* ``lm_eval.api.task``: its "Custom kwargs can be passed to --metadata" notice is dropped for our tasks,
+  which read ``--metadata`` already (``cs3_tasks/harness/quiet.py``).
 
 Switch it off with ``CS3_BENCH_NO_LM_EVAL_HOOK=1`` (then use ``--include_path`` or ``cs3-bench eval``).
 Adding our folder is idempotent: a TaskManager given it explicitly (``--include_path``) gets it once.
@@ -209,6 +213,13 @@ def register_all_models() -> list[str]:
 
 
 OUR_TASK_PREFIXES = ("cs3", "belle")  # every task (and group) name of ours starts so
+
+
+def is_our_task(name: str) -> bool:
+    """Whether a task (or group) name is one of ours, by its prefix."""
+    return str(name).startswith(OUR_TASK_PREFIXES)
+
+
 RESULTS_KEY = "cs3"  # the key of lm-eval's results (and results_*.json) that says how cs3 tasks were scored
 
 
@@ -267,7 +278,7 @@ def patch_evaluator(evaluator_module) -> None:
         results = original(*args, **kwargs)
         note = scoring_note()
         tasks = results.get("results", {}) if isinstance(results, dict) else {}
-        if note is not None and any(str(task).startswith(OUR_TASK_PREFIXES) for task in tasks):
+        if note is not None and any(is_our_task(task) for task in tasks):
             results[RESULTS_KEY] = note
         return results
 
@@ -390,8 +401,35 @@ def patch_launcher(launcher_module) -> None:
     _install(launcher_module, "launch_agent", launch_agent, original)
 
 
+def patch_sample_logging(tracker_module) -> None:
+    """``--log_samples``: a sample of a cs3 task is written with its files named by content, not by a local
+    path (``cs3_tasks/harness/portable.py``); other tasks' samples are written as lm-eval writes them."""
+    tracker = tracker_module.EvaluationTracker
+    original = tracker.save_results_samples
+    if _patched(original):
+        return
+
+    def save_results_samples(self, task_name, samples, *args, **kwargs):
+        if is_our_task(task_name):
+            from cs3_tasks.harness.portable import portable
+
+            samples = portable(samples)
+        return original(self, task_name, samples, *args, **kwargs)
+
+    _install(tracker, "save_results_samples", save_results_samples, original)
+
+
+def patch_task_notice(task_module) -> None:
+    """``lm_eval.api.task``: its custom-kwargs notice, about its own tasks, is dropped for ours."""
+    from cs3_tasks.harness.quiet import install_log_filter
+
+    install_log_filter(is_our_task)
+
+
 _POST_IMPORT = {
     "lm_eval._cli.harness": patch_cli,
+    "lm_eval.api.task": patch_task_notice,
+    "lm_eval.loggers.evaluation_tracker": patch_sample_logging,
     "torch.distributed.launcher.api": patch_launcher,
     "lm_eval.tasks.manager": patch_task_manager,
     "lm_eval.config.evaluate_config": patch_evaluate_config,

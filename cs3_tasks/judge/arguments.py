@@ -7,12 +7,31 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cs3_tasks.core.data import HUB_DATASET
 from cs3_tasks.judge.config import (
+    DEFAULT_API_KEY_ENV,
+    DEFAULT_MODEL,
     JudgeConfig,
 )
 
 NO_JUDGE = ("none", "no", "false", "0", "off")  # `judge` option values that mean "no judge"
 ENV_JUDGE = ("env", "yes", "true", "1", "on")  # ... that mean "the judge of the environment / defaults"
+
+
+def score_command(outputs: str, dataset: str | None = None) -> str:
+    """The ``cs3-bench score`` command of a folder of outputs, printed as a next step, and what it needs: the
+    default judge's key (its run refuses without one), or the options that do without it."""
+    command = f"cs3-bench score --outputs {outputs} --set all --out RESULTS" + (
+        f" --dataset {dataset}" if dataset else ""
+    )
+    needs = [
+        f"needs ${DEFAULT_API_KEY_ENV} for the default judge, {DEFAULT_MODEL}",
+        "another judge: --judge-preset or --judge-base-url",
+        "keyword-only lower bounds, no key: add --no-judge",
+    ]
+    if not dataset:  # the questions may be another dataset's: scoring on the Hub's would refuse or mislead
+        needs.append(f"questions not from {HUB_DATASET}: add --dataset DIR or --dataset demo")
+    return f"{command}  ({'; '.join(needs)})"
 
 
 def option_value(options: Mapping[str, Any], key: str) -> Any:

@@ -41,6 +41,7 @@ from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.data import SETS
 from cs3_tasks.harness.distributed import all_gather_list
 from cs3_tasks.harness.speech import encode_response, speech_output_path
+from cs3_tasks.judge.arguments import score_command
 from cs3_tasks.models.parallel import DataParallelLM
 from cs3_tasks.scoring.outputs import failed_item, output_files
 
@@ -366,7 +367,7 @@ class SpeechLM(DataParallelLM):
             f"{self.model_name}: {n_failed} of {n_items} items failed; the causes are in the errors*.jsonl "
             f"of {self.output_dir}, where everything generated is saved. Fix the "
             "cause and re-run with resume=true (only the failed items are generated again), or score what "
-            f"there is with `cs3-bench score --outputs {self.output_dir} --set all --out DIR`."
+            f"there is with `{score_command(str(self.output_dir))}`."
         )
 
     def loglikelihood(self, requests: list, disable_tqdm: bool = False) -> list:

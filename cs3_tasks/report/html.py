@@ -21,7 +21,7 @@ from pathlib import Path
 from cs3_tasks.core import data
 from cs3_tasks.core.cache import atomic_write, json_text
 from cs3_tasks.core.data import CATEGORIES, SETS, dataset_location
-from cs3_tasks.report import items, tables
+from cs3_tasks.report import items, questions, tables
 from cs3_tasks.report.compare import baseline_comparisons
 from cs3_tasks.report.leaderboard import leaderboard_rows
 from cs3_tasks.report.results import ModelResults, load_results, summaries_of
@@ -40,25 +40,37 @@ class ReportSettings:
     title: str = "CS3-Bench report"
 
 
-def dataset_items(set_name: str, location: str | None, out: Path) -> tuple[dict[str, dict], str | None]:
-    """Question rows of one set (with question audio written under OUT when the dataset has it), and a
-    note when the questions cannot be shown."""
-
-    if location is None:
-        return {}, f"{set_name}: questions not shown (no dataset given: --dataset or ${data.DATASET_ENV})"
+def dataset_items(set_name: str, location: str, out: Path) -> dict[str, dict]:
+    """Question rows of one set (with question audio written under OUT when the dataset has it)."""
+    if Path(location).is_file():  # one source JSON file: questions without audio
+        return items.question_rows(data.load_docs(set_name, location))
     try:
-        if Path(location).is_file():  # one source JSON file: questions without audio
-            return items.question_rows(data.load_docs(set_name, location)), None
         dataset = data.load_set(set_name, location)
-    except Exception:  # not a build with audio (a source dir / JSON file), or not reachable
-        try:
-            return items.question_rows(data.load_docs(set_name, location)), None
-        except Exception as exc:  # noqa: BLE001 - the report is still useful without the questions
-            return {}, f"{set_name}: questions not shown ({type(exc).__name__}: {exc})"
+    except Exception:  # noqa: BLE001 - not a build with audio: the authors' source dir
+        return items.question_rows(data.load_docs(set_name, location))
     rows = items.question_rows([{k: v for k, v in r.items() if k != "audio"} for r in dataset])
     if "audio" in dataset.column_names:
         items.write_question_audio(rows, set_name, dataset.select_columns(["Qid", "audio"]), out)
-    return rows, None
+    return rows
+
+
+def set_questions(
+    set_name: str, results: Mapping[str, ModelResults], given: str | None, out: Path
+) -> tuple[dict[str, dict], str | None]:
+    """The questions of one set from the dataset its runs were scored on (`questions.find_docs`), and a
+    note when they are not shown or not the runs' own."""
+    identities = [
+        entry.settings[set_name]["dataset_sha256"]
+        for entry in results.values()
+        if (entry.settings.get(set_name) or {}).get("dataset_sha256")
+    ]
+    location, note = questions.find_docs(set_name, given, identities)
+    if location is None:
+        return {}, note
+    try:
+        return dataset_items(set_name, location, out), note
+    except Exception as exc:  # noqa: BLE001 - the report is still useful without the questions
+        return {}, f"{set_name}: questions not shown ({type(exc).__name__}: {exc})"
 
 
 def report_data(
@@ -66,11 +78,12 @@ def report_data(
 ) -> tuple[dict, list[str]]:
     """The JSON of items.js and the notes about what could not be shown."""
     scored_sets = [s for s in SETS if any(s in r.records for r in results.values())]
-    questions, notes = {}, []
+    shown, notes, question_notes = {}, [], {}
     for set_name in scored_sets:
-        questions[set_name], note = dataset_items(set_name, settings.dataset, out)
+        shown[set_name], note = set_questions(set_name, results, settings.dataset, out)
         if note:
             notes.append(note)
+            question_notes[set_name] = note  # said in the Items view, above the set's table
     answers = {
         name: {
             s: [
@@ -90,7 +103,8 @@ def report_data(
         "categories": list(CATEGORIES),
         "statuses": list(STATUSES),
         "baseline": settings.baseline,
-        "questions": questions,
+        "questions": shown,
+        "question_notes": question_notes,
         "answers": answers,
     }
     return data, notes

@@ -14,6 +14,9 @@ from cs3_tasks.scoring.records import CHANNELS
 GAP_KEYS = ("acc_cs", "acc_en", "drop_abs", "drop_rel", "preserve")
 # comparison key -> `metrics.accuracy_drop` key
 DROP_KEYS = {"drop_abs": "absolute", "drop_rel": "relative", "preserve": "preserve_rate"}
+# drop (rel) and preserve divide by acc en: where acc cs may exceed it, their bounds pass 100%; said there
+RATIO_KEYS = ("drop_rel", "preserve")
+RATIO_BOUNDS_NOTE = "a ratio: past 100% where acc cs may exceed acc en"
 
 
 def _accuracy(summary: Mapping | None, ch: str, category: str | None = None) -> Mapping | None:
@@ -56,6 +59,8 @@ def gap_entry(gap: Mapping, key: str) -> dict:
     incomplete = (gap.get("incomplete") or {}).get(key)
     if incomplete and incomplete["n_missing_verdict"]:
         entry.update(complete=False, **incomplete)
+        if key in RATIO_KEYS:
+            entry["bounds_note"] = RATIO_BOUNDS_NOTE
     return entry
 
 

@@ -38,12 +38,15 @@ def format_points(entry: Mapping | None) -> str:
 def incomplete_entry(entry: Mapping, percent: bool = True, unit: str = "%") -> str:
     """A value that lacks verdicts, shown as its bounds (all missing wrong .. all missing right):
     ``incomplete: 66.7-100.0% (2 verdicts missing)``; ``-5.0 to 20.0`` when the low bound is negative;
-    without bounds (a ratio whose denominator may be 0), the count alone."""
+    without bounds (a ratio whose denominator may be 0), the count alone. Bounds past 100% (a ratio's) carry
+    the entry's ``bounds_note``, which says why, so that they do not read as a bug."""
     n = entry.get("n_missing_verdict") or 0
     missing = f"({n} verdict{'' if n == 1 else 's'} missing)"
     if not entry.get("bounds"):
         return f"incomplete {missing}"
     low, high = entry["bounds"]
+    if entry.get("bounds_note") and percent and max(abs(low), abs(high)) > 1:
+        missing = f"{missing[:-1]}; {entry['bounds_note']})"
     if percent:
         low, high = 100 * low, 100 * high
         digits = 1

@@ -4,7 +4,7 @@
 // (Q, A, indexes), never as a property of a plain object.
 "use strict";
 (function () {
-  var PAGE = 50, D = null, Q = null, A = null;
+  var PAGE = 50, D = null, Q = null, A = null, N = null;
   // a cell shows at most SHOWN characters of a text and WORDS marked words; the rest is a click away (a 10 MB
   // response took 43 s to draw)
   var SHOWN = 2000, WORDS = 200;
@@ -189,7 +189,8 @@
   var views = {};
   function itemsView() {
     var model = $("items-model").value, set = $("items-set").value;
-    var all = rowsOf(model, set);
+    var all = rowsOf(model, set), note = N.get(set) || "";
+    $("items-note").textContent = note; $("items-note").hidden = !note;  // why the questions are missing, and how to show them
     if (!views.items || views.items.set !== set) { views.items = new Table("items", itemColumns(set)); views.items.set = set; }
     var f = FILTERS[$("items-filter").value], cat = $("items-category").value, st = $("items-status").value;
     var needle = $("items-search").value.trim().toLowerCase();
@@ -256,6 +257,7 @@
   function init() {
     D = window.CS3_ITEMS;
     Q = toMap(D.questions, function (bySet) { return toMap(bySet); });
+    N = toMap(D.question_notes);
     A = toMap(D.answers, function (bySet) { return toMap(bySet); });
     // open-ended items have no right/wrong: "understood" (relevance > 3) stands for it in marks and filters
     D.models.forEach(function (m) {
