@@ -13,6 +13,7 @@ from pathlib import Path
 from cs3_tasks.asr.convert import offline_transformers_whisper
 from cs3_tasks.asr.offline import offline_whisper_base
 from cs3_tasks.core.audio import SAMPLE_RATE
+from cs3_tasks.core.environment import env_choice
 
 MODEL_ENV = "CS3_ASR_MODEL"
 BACKEND_ENV = "CS3_ASR_BACKEND"
@@ -63,10 +64,9 @@ MIN_CLIP_SECONDS = 0.05  # shorter audio holds no word: "too short to transcribe
 def decoding_options(short_clips: str | None = None) -> DecodingOptions:
     """The options in force: DECODING with the short-clip decoding applied (``short_clips``, else
     $CS3_ASR_SHORT_CLIPS, else batched)."""
-    mode = short_clips or os.environ.get(SHORT_CLIPS_ENV) or DECODING.short_clip_decoding
+    mode = short_clips or env_choice(SHORT_CLIPS_ENV, SHORT_CLIP_DECODINGS, DECODING.short_clip_decoding)
     if mode not in SHORT_CLIP_DECODINGS:
-        source = "short_clips" if short_clips else SHORT_CLIPS_ENV
-        raise ValueError(f"{source}={mode!r}: choose one of {', '.join(SHORT_CLIP_DECODINGS)}")
+        raise ValueError(f"short_clips={mode!r}: choose one of {', '.join(SHORT_CLIP_DECODINGS)}")
     return replace(DECODING, short_clip_decoding=mode)
 
 
@@ -124,9 +124,7 @@ class AsrConfig:
 
 def default_backend() -> str:
     """$CS3_ASR_BACKEND, else faster-whisper."""
-    backend = os.environ.get(BACKEND_ENV) or DEFAULT_BACKEND
-    check_backend(backend)
-    return backend
+    return str(env_choice(BACKEND_ENV, BACKENDS, DEFAULT_BACKEND))
 
 
 def default_model(backend: str | None = None) -> str:

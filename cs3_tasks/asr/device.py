@@ -11,6 +11,7 @@ import os
 import re
 
 from cs3_tasks.asr.config import AsrModelError
+from cs3_tasks.core.environment import env_int, refused
 from cs3_tasks.harness.distributed import cpu_threads_per_process
 
 DEFAULT_BATCH_SIZE = 8  # clips per batched decode (faster-whisper) on a CPU
@@ -32,12 +33,14 @@ def asr_device(requested: str | None = None) -> str:
     (``cuda:<LOCAL_RANK>`` under a data-parallel launcher, so that each rank transcribes on its own),
     else "cpu". A CUDA request without CUDA is an error (say --asr-device cpu)."""
     choice = str(requested or os.environ.get(DEVICE_ENV) or "auto").strip().lower()
+    if not requested and not re.fullmatch(r"auto|cpu|cuda(:\d+)?", choice):
+        raise refused(DEVICE_ENV, os.environ.get(DEVICE_ENV, ""), "choose auto, cpu, cuda or cuda:N")
     gpus = _cuda_device_count()
     if choice == "auto":
         if gpus == 0:
             return "cpu"
-        launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
-        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0')) % gpus}" if launched else "cuda"
+        launched = env_int("WORLD_SIZE", 1, minimum=1) > 1
+        return f"cuda:{env_int('LOCAL_RANK', 0) % gpus}" if launched else "cuda"
     if not re.fullmatch(r"cpu|cuda(:\d+)?", choice):
         raise ValueError(
             f"ASR device must be cpu, cuda or cuda:N, not {requested or os.environ.get(DEVICE_ENV)!r}"

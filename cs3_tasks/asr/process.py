@@ -31,6 +31,7 @@ from typing import Any
 from cs3_tasks.asr.config import AsrModelError
 from cs3_tasks.asr.faster_whisper import FasterWhisperRunner
 from cs3_tasks.asr.numerics import engine_environment
+from cs3_tasks.core.environment import env_flag
 
 IN_PROCESS_ENV = "CS3_ASR_IN_PROCESS"
 # glibc's names for: never mmap a block, never give the heap's top back, one arena for every thread.
@@ -48,7 +49,7 @@ class AsrProcessError(RuntimeError):
 def runs_in_own_process(device: str) -> bool:
     """Whether faster-whisper on ``device`` runs in a child process: on CPUs under glibc, unless
     $CS3_ASR_IN_PROCESS is set (GPU buffers come from CUDA's caching allocator instead)."""
-    if os.environ.get(IN_PROCESS_ENV, "").strip().lower() in ("1", "true", "yes"):
+    if env_flag(IN_PROCESS_ENV):
         return False
     return device == "cpu" and sys.platform == "linux" and platform.libc_ver()[0] == "glibc"
 

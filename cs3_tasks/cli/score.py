@@ -107,8 +107,8 @@ def run(args: argparse.Namespace) -> int:
         except ScoringError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return exc.exit_code
-    if outcome.message:
-        print(f"error: {outcome.message}", file=sys.stderr)
+    for line in outcome.error_lines():
+        print(line, file=sys.stderr)
     return outcome.exit_code
 
 
@@ -144,8 +144,8 @@ def run_from_results(source: Path, out: Path, dataset: str | None) -> int:
                 outcome.message,
             )
             print(f"re-scored {result_dir.name}: {', '.join(found)} -> {target}", file=sys.stderr)
-            if outcome.message:
-                print(f"error: {outcome.message}", file=sys.stderr)
+            for line in outcome.error_lines():
+                print(line, file=sys.stderr)
     except ScoringError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -102,6 +102,10 @@ class JudgeConfig:
         for name, value in env.items():
             if value and name not in given:
                 given[name] = value
+        if given.get("base_url") is env["base_url"] and not _is_http_url(env["base_url"]):
+            raise JudgeConfigError(
+                f"${ENV_BASE_URL}={redact(env['base_url'])!r} is not an http(s) URL (or unset it)"
+            )
         if "api_key_env" not in given:
             given["api_key_env"] = default_api_key_env(given.get("base_url", DEFAULT_BASE_URL))
         return cls(**given)
@@ -140,8 +144,7 @@ class JudgeConfig:
 
         Raises JudgeConfigError with the fix in the message; call it before starting long work.
         """
-        parsed = urlparse(self.base_url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        if not _is_http_url(self.base_url):
             raise JudgeConfigError(f"judge base_url {self.public_base_url!r} is not an http(s) URL")
         if not self.model:
             raise JudgeConfigError("judge model is empty: set --judge-model or $CS3_JUDGE_MODEL")
@@ -195,3 +198,8 @@ def default_api_key_env(base_url: str) -> str:
     """The key variable that belongs to an endpoint: known providers, none for loopback, else ""."""
     host = (urlparse(base_url).hostname or "").lower()
     return _KNOWN_KEY_ENVS.get(host, "")
+
+
+def _is_http_url(url: str | None) -> bool:
+    parsed = urlparse(url or "")
+    return parsed.scheme in ("http", "https") and bool(parsed.netloc)
