@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 
 from cs3_tasks.core.cache import cache_dir
 from cs3_tasks.core.chat_api import RetryPolicy, chat_url
+from cs3_tasks.core.refusal import Refusal
 from cs3_tasks.judge.redaction import redact
 
 DEFAULT_BASE_URL = "https://dashscope.aliyuncs.com/compatible-mode/v1"
@@ -60,6 +61,11 @@ class JudgeAuthError(RuntimeError):
     fail the same way); the message names the endpoint (redacted) and the key's variable."""
 
 
+class JudgeUnreachableError(JudgeAuthError, Refusal):
+    """Nothing accepts connections at the judge's URL (checked before the first request): the run stops as
+    for refused credentials, in one line naming the URL (redacted); what was scored before is kept."""
+
+
 @dataclass
 class JudgeConfig:
     base_url: str = DEFAULT_BASE_URL
@@ -99,10 +105,9 @@ class JudgeConfig:
         }
         if "base_url" in given and "api_key_env" not in given:
             env["api_key_env"] = None  # the env key variable belongs to the env/default endpoint
-        for name, value in env.items():
-            if value and name not in given:
-                given[name] = value
-        if given.get("base_url") is env["base_url"] and not _is_http_url(env["base_url"]):
+        from_env = {name for name, value in env.items() if value and name not in given}
+        given.update({name: env[name] for name in from_env})
+        if "base_url" in from_env and not _is_http_url(env["base_url"]):
             raise JudgeConfigError(
                 f"${ENV_BASE_URL}={redact(env['base_url'])!r} is not an http(s) URL (or unset it)"
             )
