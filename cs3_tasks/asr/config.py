@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cs3_tasks.asr.convert import offline_transformers_whisper
+from cs3_tasks.asr.errors import AsrModelError
 from cs3_tasks.asr.offline import offline_whisper_base
 from cs3_tasks.core.audio import SAMPLE_RATE
 from cs3_tasks.core.environment import env_choice
@@ -90,10 +91,6 @@ class Transcript:
     note: str | None = None  # what the transcript does not cover (audio cut at max_audio_seconds), else None
 
 
-class AsrModelError(RuntimeError):
-    """The ASR model cannot be found or loaded (a configuration problem, not a per-item one)."""
-
-
 # ---------------------------------------------------------------------------------------------
 # settings shared by every entry point that transcribes
 
@@ -162,3 +159,46 @@ def hub_model_cached(model_id: str) -> bool:
 def check_backend(backend: str) -> None:
     if backend not in BACKENDS:
         raise ValueError(f"unknown ASR backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+
+
+# What a model folder of each backend holds: every entry is a file, or alternatives of which one is enough
+MODEL_FOLDER_FILES = {
+    "faster-whisper": ("model.bin", "config.json", ("tokenizer.json", "vocabulary.json", "vocabulary.txt")),
+    "transformers": (
+        "config.json",
+        ("model.safetensors", "model.safetensors.index.json"),
+        ("preprocessor_config.json", "processor_config.json"),
+        ("tokenizer.json", "vocab.json"),
+    ),
+}
+
+
+def is_local(path: Path) -> bool:
+    """Whether ``path`` names a file or folder here (False for a name no file system takes: too long, NUL)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
+def check_model_folder(backend: str, model: str) -> None:
+    """AsrModelError in one line when ``model`` is a local folder (or a path that names none) that the
+    backend cannot load, naming the folder and the files it lacks; a model name to download passes."""
+    path = Path(model).expanduser()
+    looks_local = path.is_absolute() or model.startswith((".", "~"))
+    if not is_local(path):
+        if looks_local:
+            raise AsrModelError(f"ASR model {model}: no such file or folder")
+        return
+    if backend == "openai-whisper" or not path.is_dir():
+        return  # openai-whisper takes a checkpoint file; a file for another backend fails when it loads
+    wanted = MODEL_FOLDER_FILES[backend]
+    missing = [
+        " or ".join(names) if isinstance(names, tuple) else names
+        for names in wanted
+        if not any((path / name).is_file() for name in (names if isinstance(names, tuple) else (names,)))
+    ]
+    if missing:
+        raise AsrModelError(
+            f"ASR model folder {path} is not a {backend} model: it lacks {', '.join(missing)}"
+        )

@@ -76,6 +76,7 @@ from cs3_tasks.asr.config import (
     WHISPER_WINDOW_SECONDS,
     AsrConfig,
     Transcript,
+    check_model_folder,
     decoding_options,
     max_new_tokens,
 )
@@ -159,6 +160,7 @@ def transcribe_batch(
             pending = [i for group in groups for i in group if results[i] is None]
             todo = [pending[w : w + MEMORY_CHUNK] for w in range(0, len(pending), MEMORY_CHUNK)]
         if todo:
+            check_model_folder(backend, model_name)  # a folder it cannot load: one line naming what it lacks
             runner = cached_runner(backend, model_name, device)
             bar = _progress_bar(sum(map(len, todo)), progress, len(audios))
             try:
