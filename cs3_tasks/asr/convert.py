@@ -242,6 +242,16 @@ def generation_config(ct2_config: dict, tokenizer_json: dict) -> dict:
     }
 
 
+def write_manifest(folder: Path, source_sha256: str) -> None:
+    """The converted checkpoint's `MANIFEST`: every file of ``folder`` with its sha256, and the sha256 of the
+    weights it was converted from (written last: a folder without it is an unfinished conversion)."""
+    written = {
+        p.name: files_sha256([p]) for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST
+    }
+    manifest = {"source_sha256": source_sha256, "files": written}
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+
+
 def _convert_into(source: Path, target: Path, source_sha256: str) -> None:
     import numpy as np
     import torch
@@ -285,9 +295,7 @@ def _convert_into(source: Path, target: Path, source_sha256: str) -> None:
         # one metadata key: safetensors writes its metadata in hash-map order, which changes per process, so
         # two keys would make the weights' sha256 (the model's identity) differ between two conversions
         save_file(tensors, str(staging / WEIGHTS), metadata={"format": "pt"})
-        written = {p.name: files_sha256([p]) for p in sorted(staging.iterdir()) if p.is_file()}
-        manifest = {"source_sha256": source_sha256, "files": written}
-        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+        write_manifest(staging, source_sha256)
         if target.exists():  # a partial folder of a killed conversion
             shutil.rmtree(target)
         os.rename(staging, target)
