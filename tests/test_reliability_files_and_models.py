@@ -19,7 +19,6 @@ import pytest
 from cs3_tasks import cli
 from cs3_tasks.asr import Transcript
 from cs3_tasks.cli import score as score_cli
-from cs3_tasks.core.statefile import StateFileError
 from cs3_tasks.scoring import records as scoring_records
 
 try:  # tests/ is on sys.path under pytest's default import mode
@@ -227,6 +226,8 @@ def _state_readers(tmp_path: Path):
     ["records", "settings", "summary", "local", "other set", "lock", "manifest", "journal", "model manifest"],
 )
 def test_a_state_file_that_is_not_a_regular_file_is_refused_naming_it(name, kind, tmp_path):
+    from cs3_tasks.core.statefile import StateFileError
+
     path, read = _state_readers(tmp_path)[name]
     if kind == "fifo":
         os.mkfifo(path)
@@ -247,6 +248,7 @@ def test_a_state_file_that_is_not_a_regular_file_is_refused_naming_it(name, kind
 
 def test_a_state_file_larger_than_its_bound_is_refused(tmp_path, monkeypatch):
     from cs3_tasks.core import statefile
+    from cs3_tasks.core.statefile import StateFileError
     from cs3_tasks.scoring import summary
 
     (tmp_path / "knowledge.summary.json").write_text("{}" + " " * 100)
@@ -393,9 +395,7 @@ def test_a_judge_server_that_is_not_listening_is_refused_in_one_line_before_the_
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    args = _args(
-        outputs, tmp_path / "r", dataset, judge_base_url=f"http://127.0.0.1:{port}/v1"
-    )
+    args = _args(outputs, tmp_path / "r", dataset, judge_base_url=f"http://127.0.0.1:{port}/v1")
     assert score_cli.run(args) == 2
     line = _one_error_line(capsys.readouterr().err)
     assert f"at http://127.0.0.1:{port}/v1 cannot be reached" in line and "Connection refused" in line
