@@ -432,16 +432,12 @@ def test_a_transcript_cut_inside_a_character_is_trimmed_and_noted(tmp_path, monk
 
 
 def _fake_offline(root: Path, monkeypatch) -> None:
-    from cs3_tasks.asr import offline
+    try:  # two small packages laid out like the offline extra's parts
+        from test_asr import _fake_offline_parts
+    except ImportError:  # pragma: no cover
+        from tests.test_asr import _fake_offline_parts
 
-    dirs = {}
-    for i, name in enumerate(offline._OFFLINE_PARTS, start=1):
-        data = dirs[name] = root / name / "data"
-        data.mkdir(parents=True)
-        (data / f"model.bin.part{i}").write_bytes(bytes([i]) * (1 << 16))
-    for aux in ("config.json", "tokenizer.json", "vocabulary.txt"):
-        (dirs[offline._OFFLINE_PARTS[0]] / aux).write_text("{}")
-    monkeypatch.setattr(offline, "_package_data_dir", dirs.get)
+    _fake_offline_parts(root, monkeypatch)
 
 
 def test_a_joined_model_changed_in_place_is_joined_again_once_said_on_stderr(tmp_path, monkeypatch, capsys):
