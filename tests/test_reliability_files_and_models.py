@@ -144,6 +144,25 @@ def test_a_bad_value_of_a_variable_is_one_line_naming_it_and_the_values_allowed(
     assert not (tmp_path / "r" / "knowledge.records.jsonl").exists()  # refused before any item
 
 
+def test_a_bad_value_fails_an_outputs_root_run_once_before_any_model(tmp_path, fakes, monkeypatch, capsys):
+    asr, _ = fakes
+    (tmp_path / "root").mkdir()
+    outputs, dataset = _cli_fixture(tmp_path / "root", asr)
+    monkeypatch.setenv("CS3_ASR_NUMERICS", "bogus")
+    argv = [
+        "score",
+        "--outputs-root",
+        str(outputs.parent),
+        "--out",
+        str(tmp_path / "r"),
+        "--dataset",
+        str(dataset),
+    ]
+    assert cli.main([*argv, "--no-judge", "--no-progress"]) == 2  # the run's error, not each model's (exit 3)
+    assert "$CS3_ASR_NUMERICS='bogus' is not allowed" in _one_error_line(capsys.readouterr().err)
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.parametrize("variable", sorted(LAUNCHER))
 def test_a_launcher_variable_that_is_not_a_whole_number_is_refused_naming_it(variable, monkeypatch):
     from cs3_tasks.core.environment import EnvironmentValueError

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from cs3_tasks import asr as asr_module
 from cs3_tasks.asr import AsrConfig, AsrModelError, asr_device, default_backend
+from cs3_tasks.asr.fingerprint import numerics_of
 from cs3_tasks.judge import JudgeConfigError, judge_config_from_options, option_value
 from cs3_tasks.scoring.protocols import Protocol, protocol_for, reference
 from cs3_tasks.scoring.records import ASR_LANGUAGE_HINT, DEFAULT_PROTOCOL
@@ -159,6 +160,8 @@ def settings_from_options(options: Mapping[str, Any], *, reference_prompts: bool
         asr_config = asr_config_from_options(options)
         chosen = bool(option_value(options, "asr_backend") or option_value(options, "asr_model"))
         asr_config = protocol_asr(asr_config, protocol, chosen=chosen)
+        if not options.get("use_given_transcripts"):  # the ASR's arithmetic variable, read where it applies
+            numerics_of(str(asr_config.resolved().backend), asr_device(asr_config.device))
     except (JudgeConfigError, ValueError) as exc:
         raise ScoringError(str(exc)) from None
     templates = None
