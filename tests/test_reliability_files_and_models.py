@@ -223,6 +223,10 @@ def _state_readers(tmp_path: Path):
     out.mkdir()
     model = tmp_path / "converted"
     model.mkdir()
+    responses = tmp_path / "outputs" / "knowledge.jsonl"  # a model wrapper's own, compacted on resume
+    responses.parent.mkdir()
+    from cs3_tasks.models.base import SpeechLM
+
     return {
         "records": (
             out / "knowledge.records.jsonl",
@@ -236,13 +240,24 @@ def _state_readers(tmp_path: Path):
         "manifest": (out / export_questions.MANIFEST, lambda: export_questions.read_manifest(out)),
         "journal": (out / export_questions.JOURNAL, lambda: export_questions.read_manifest(out)),
         "model manifest": (model / convert.MANIFEST, lambda: convert.converted_problem(model, "0" * 64)),
+        "responses": (responses, lambda: SpeechLM._compact(_Wrapper(responses), {"knowledge"})),
     }
+
+
+class _Wrapper:
+    """What a model wrapper's resume reads its responses file through."""
+
+    def __init__(self, path: Path):
+        self.responses_file = lambda task: path
 
 
 @pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero", "folder"])
 @pytest.mark.parametrize(
     "name",
-    ["records", "settings", "summary", "local", "other set", "lock", "manifest", "journal", "model manifest"],
+    [
+        *("records", "settings", "summary", "local", "other set", "lock"),
+        *("manifest", "journal", "model manifest", "responses"),
+    ],
 )
 def test_a_state_file_that_is_not_a_regular_file_is_refused_naming_it(name, kind, tmp_path):
     from cs3_tasks.core.statefile import StateFileError
