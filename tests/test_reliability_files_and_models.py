@@ -280,6 +280,20 @@ def test_a_state_file_that_is_not_a_regular_file_is_refused_naming_it(name, kind
     assert "\n" not in str(refused.value)
 
 
+def test_the_lock_is_never_written_through_a_link(tmp_path):
+    from cs3_tasks.core.statefile import StateFileError
+    from cs3_tasks.scoring import store
+
+    precious = tmp_path / "precious.txt"
+    precious.write_text("not ours")
+    out = tmp_path / "result"
+    out.mkdir()
+    (out / store.LOCK_FILE).symlink_to(precious)
+    with pytest.raises(StateFileError, match="is a link"):
+        store.result_dir_lock(out).__enter__()
+    assert precious.read_text() == "not ours"
+
+
 def test_a_state_file_larger_than_its_bound_is_refused(tmp_path, monkeypatch):
     from cs3_tasks.core import statefile
     from cs3_tasks.core.statefile import StateFileError

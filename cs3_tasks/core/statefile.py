@@ -38,10 +38,16 @@ def _refusal(path: Path, mode: int) -> StateFileError:
     )
 
 
-def check_state_file(path: Path, limit: int = JSON_LIMIT) -> bool:
+def check_state_file(path: Path, limit: int = JSON_LIMIT, *, links: bool = True) -> bool:
     """True when ``path`` is a regular file of at most ``limit`` bytes, False when nothing is there (a
-    dangling link included); StateFileError for anything else, naming it."""
+    dangling link included); StateFileError for anything else, naming it. ``links=False``: a link is refused
+    too (a file that is written in place, such as a lock, must not reach through a link to another file)."""
     path = Path(path)
+    if not links and path.is_symlink():
+        raise StateFileError(
+            f"{path} is a link (to {os.path.realpath(path)}), not a regular file: cs3-bench writes it in "
+            "place. Remove it (or use another folder) and re-run"
+        )
     try:
         found = os.stat(path)
     except FileNotFoundError:

@@ -65,7 +65,7 @@ def result_dir_lock(out: Path, *, wait: bool = False) -> Iterator[None]:
         return
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    check_state_file(out / LOCK_FILE)  # a FIFO or a link to a device there is refused, naming it
+    check_state_file(out / LOCK_FILE, links=False)  # written in place: a FIFO, a device, a link refused
     with open(out / LOCK_FILE, "a+", encoding="utf-8") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
