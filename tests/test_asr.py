@@ -770,14 +770,14 @@ def test_a_late_joiner_never_removes_the_model_another_rank_put_in_place(
     expected = _fake_offline_parts(tmp_path / "site", monkeypatch)
     path = asr.offline_whisper_base()
     inode = (path / "model.bin").stat().st_ino
-    real_check = asr_offline._offline_model_complete
+    real_check = asr_offline.joined_model_problem
     calls = []
 
-    def complete_but_first_looked_too_early(target, size):
+    def complete_but_first_looked_too_early(target, parts):
         calls.append(target)  # this joiner looked before the other rank's rename
-        return len(calls) > 1 and real_check(target, size)
+        return "is not there" if len(calls) == 1 else real_check(target, parts)
 
-    monkeypatch.setattr(asr_offline, "_offline_model_complete", complete_but_first_looked_too_early)
+    monkeypatch.setattr(asr_offline, "joined_model_problem", complete_but_first_looked_too_early)
     with open(path / "model.bin", "rb"):  # the other rank is loading it (and its inode stays taken)
         assert asr.offline_whisper_base() == path
         assert (path / "model.bin").stat().st_ino == inode  # its copy was left alone

@@ -335,12 +335,15 @@ def test_one_failing_item_does_not_stop_the_others(tmp_path, judge_server):
     assert verdicts[1].error.startswith("judge_error: HTTP 500")
 
 
-def test_connection_refused_is_judge_error(tmp_path):
+def test_a_judge_server_that_is_not_there_is_refused_before_the_first_request(tmp_path):
+    from cs3_tasks.judge import JudgeUnreachableError
+
     server = FakeJudgeServer("正确").start()
-    config = loopback_config(server, tmp_path, max_retries=1)
+    config = loopback_config(server, tmp_path, max_retries=3)
     server.stop()  # nothing listens on that port any more
-    [verdict] = judge_knowledge(KNOWLEDGE[:1], config)
-    assert verdict.value is None and verdict.error.startswith("judge_error: connection error")
+    with pytest.raises(JudgeUnreachableError, match=r"cannot be reached .*Connection refused") as refused:
+        judge_knowledge(KNOWLEDGE[:1], config)  # one connection tried, not 4 attempts per item
+    assert config.public_base_url in str(refused.value) and "\n" not in str(refused.value)
 
 
 # ------------------------------------------------------------------------------------------- cache

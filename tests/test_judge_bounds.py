@@ -136,9 +136,12 @@ def test_a_server_echoing_the_key_never_gets_it_into_verdicts(tmp_path, monkeypa
 
 
 def test_connection_errors_and_config_errors_print_no_credentials(tmp_path, monkeypatch):
+    from cs3_tasks.judge import JudgeUnreachableError
+
     config = _config(f"http://user:pw-{KEY}@127.0.0.1:9/v1?api-key={KEY}", tmp_path)
-    [verdict] = judge_knowledge([ITEM], config)
-    assert verdict.value is None and KEY not in verdict.error
+    with pytest.raises(JudgeUnreachableError) as unreachable:  # nothing listens there
+        judge_knowledge([ITEM], config)
+    assert KEY not in str(unreachable.value) and "127.0.0.1:9" in str(unreachable.value)
     with pytest.raises(JudgeConfigError) as bad_url:
         JudgeConfig(base_url=f"ftp://user:{KEY}@h/v1").validate()
     assert KEY not in str(bad_url.value)

@@ -281,7 +281,9 @@ def test_run_whose_items_mostly_have_no_output_exits_3_after_writing_everything(
     assert len(_records(out)) == 6
     summary = json.loads((out / "knowledge.summary.json").read_text(encoding="utf-8"))
     assert summary["n_no_output"] == 4 and summary["text"]["accuracy"]["bounds"] == [2 / 6, 1.0]
-    assert "knowledge: 4 of 6 items have no response on a channel" in capsys.readouterr().err
+    err = capsys.readouterr().err  # one line per channel that lacks most responses
+    assert "error: knowledge, text channel: 4 of 6 items have no response on a channel" in err
+    assert "error: knowledge, speech channel: 4 of 6 items have no response on a channel" in err
     path.write_text("\n".join(lines[:4]) + "\n", encoding="utf-8")  # 4 of 6: incomplete, not mostly failed
     assert score_cli.run(_args(outputs, out, dataset)) == 0
 

@@ -11,8 +11,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cs3_tasks.asr.convert import offline_transformers_whisper
+from cs3_tasks.asr.errors import AsrModelError
 from cs3_tasks.asr.offline import offline_whisper_base
 from cs3_tasks.core.audio import SAMPLE_RATE
+from cs3_tasks.core.environment import env_choice
 
 MODEL_ENV = "CS3_ASR_MODEL"
 BACKEND_ENV = "CS3_ASR_BACKEND"
@@ -63,10 +65,9 @@ MIN_CLIP_SECONDS = 0.05  # shorter audio holds no word: "too short to transcribe
 def decoding_options(short_clips: str | None = None) -> DecodingOptions:
     """The options in force: DECODING with the short-clip decoding applied (``short_clips``, else
     $CS3_ASR_SHORT_CLIPS, else batched)."""
-    mode = short_clips or os.environ.get(SHORT_CLIPS_ENV) or DECODING.short_clip_decoding
+    mode = short_clips or env_choice(SHORT_CLIPS_ENV, SHORT_CLIP_DECODINGS, DECODING.short_clip_decoding)
     if mode not in SHORT_CLIP_DECODINGS:
-        source = "short_clips" if short_clips else SHORT_CLIPS_ENV
-        raise ValueError(f"{source}={mode!r}: choose one of {', '.join(SHORT_CLIP_DECODINGS)}")
+        raise ValueError(f"short_clips={mode!r}: choose one of {', '.join(SHORT_CLIP_DECODINGS)}")
     return replace(DECODING, short_clip_decoding=mode)
 
 
@@ -88,10 +89,6 @@ class Transcript:
     language: str | None
     error: str | None = None  # set when ASR failed for this item; text is "" then
     note: str | None = None  # what the transcript does not cover (audio cut at max_audio_seconds), else None
-
-
-class AsrModelError(RuntimeError):
-    """The ASR model cannot be found or loaded (a configuration problem, not a per-item one)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -124,9 +121,7 @@ class AsrConfig:
 
 def default_backend() -> str:
     """$CS3_ASR_BACKEND, else faster-whisper."""
-    backend = os.environ.get(BACKEND_ENV) or DEFAULT_BACKEND
-    check_backend(backend)
-    return backend
+    return str(env_choice(BACKEND_ENV, BACKENDS, DEFAULT_BACKEND))
 
 
 def default_model(backend: str | None = None) -> str:
@@ -164,3 +159,46 @@ def hub_model_cached(model_id: str) -> bool:
 def check_backend(backend: str) -> None:
     if backend not in BACKENDS:
         raise ValueError(f"unknown ASR backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+
+
+# What a model folder of each backend holds: every entry is a file, or alternatives of which one is enough
+MODEL_FOLDER_FILES = {
+    "faster-whisper": ("model.bin", "config.json", ("tokenizer.json", "vocabulary.json", "vocabulary.txt")),
+    "transformers": (
+        "config.json",
+        ("model.safetensors", "model.safetensors.index.json"),
+        ("preprocessor_config.json", "processor_config.json"),
+        ("tokenizer.json", "vocab.json"),
+    ),
+}
+
+
+def is_local(path: Path) -> bool:
+    """Whether ``path`` names a file or folder here (False for a name no file system takes: too long, NUL)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
+def check_model_folder(backend: str, model: str) -> None:
+    """AsrModelError in one line when ``model`` is a local folder (or a path that names none) that the
+    backend cannot load, naming the folder and the files it lacks; a model name to download passes."""
+    path = Path(model).expanduser()
+    looks_local = path.is_absolute() or model.startswith((".", "~"))
+    if not is_local(path):
+        if looks_local:
+            raise AsrModelError(f"ASR model {model}: no such file or folder")
+        return
+    if backend == "openai-whisper" or not path.is_dir():
+        return  # openai-whisper takes a checkpoint file; a file for another backend fails when it loads
+    wanted = MODEL_FOLDER_FILES[backend]
+    missing = [
+        " or ".join(names) if isinstance(names, tuple) else names
+        for names in wanted
+        if not any((path / name).is_file() for name in (names if isinstance(names, tuple) else (names,)))
+    ]
+    if missing:
+        raise AsrModelError(
+            f"ASR model folder {path} is not a {backend} model: it lacks {', '.join(missing)}"
+        )

@@ -8,6 +8,10 @@ config and tokenizer (suppressed tokens, language and task tokens, alignment hea
 ``cache_dir()/models/whisper-base-hf``, under a file lock, through a staging folder renamed into place (as the
 offline model is joined). Its encoder gives CTranslate2's encoder output within float tolerance
 (tests/test_asr_convert.py). Nothing is downloaded.
+
+The folder's `MANIFEST` (written last) lists every file with its sha256 and the sha256 of the weights it was
+converted from. Each use checks the folder against it (`converted_problem`): a file missing, truncated or
+changed, or a conversion of other weights, and the checkpoint is converted again once, said on stderr.
 """
 
 from __future__ import annotations
@@ -17,33 +21,75 @@ import os
 import re
 import shutil
 import struct
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
 
-from cs3_tasks.asr.offline import OFFLINE_MODEL_DIR, offline_whisper_base
-from cs3_tasks.core.cache import cache_dir
+from cs3_tasks.asr.errors import AsrModelError
+from cs3_tasks.asr.offline import offline_whisper_base
+from cs3_tasks.core.cache import cache_dir, files_sha256
+from cs3_tasks.core.statefile import read_state_text
 
 TRANSFORMERS_MODEL_DIR = "whisper-base-hf"
+MANIFEST = "cs3-model.json"  # written last: {"source_sha256", "files": {name: sha256}}
 # CTranslate2's DataType enum, in order (its model.bin names a variable's type by this index)
 _CT2_DTYPES = ("float32", "int8", "int16", "int32", "float16", "bfloat16")
-_DONE = "model.safetensors"  # written last: its presence means the checkpoint is whole
+WEIGHTS = "model.safetensors"
 
 
 def offline_transformers_whisper(convert: bool = True) -> Path | None:
     """The offline Whisper-base as a transformers checkpoint folder, converted once from the CTranslate2
-    model (None without the `offline` extra). ``convert=False``: the folder only, converted or not."""
+    model and checked at each use (None without the `offline` extra). ``convert=False``: the folder only,
+    converted or not."""
     if offline_whisper_base(join=False) is None:
         return None
     target = cache_dir() / "models" / TRANSFORMERS_MODEL_DIR
-    if not convert or (target / _DONE).is_file():
+    if not convert:
         return target
+    source = Path(offline_whisper_base())  # joined and checked
+    source_sha256 = files_sha256([source / "model.bin"])
+    if converted_problem(target, source_sha256) is None:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(target.parent / f".{TRANSFORMERS_MODEL_DIR}.lock"):
-        if not (target / _DONE).is_file():
-            _convert_into(Path(offline_whisper_base()), target)
+        problem = converted_problem(target, source_sha256)
+        if problem is None:
+            return target
+        if target.exists():
+            print(f"note: the converted Whisper-base at {target} {problem}: converted again", file=sys.stderr)
+        _convert_into(source, target, source_sha256)
+        problem = converted_problem(target, source_sha256)
+        if problem is not None:  # once only: a copy that fails again points at the disk
+            raise AsrModelError(f"the Whisper-base converted into {target} {problem} (converted twice)")
     return target
+
+
+def converted_problem(target: Path, source_sha256: str) -> str | None:
+    """What is wrong with the converted checkpoint in ``target`` (None: every file its `MANIFEST` lists is
+    there with its sha256, and it was converted from the weights whose sha256 is ``source_sha256``)."""
+    if not target.is_dir():
+        return "is not there"
+    try:
+        manifest = json.loads(read_state_text(target / MANIFEST))
+    except FileNotFoundError:
+        return f"has no {MANIFEST} (an unfinished or older conversion)"
+    except ValueError as exc:  # not JSON, or not a regular file of bounded size
+        return f"has an unreadable {MANIFEST} ({exc})"
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or WEIGHTS not in files:
+        return f"has a {MANIFEST} that lists no weights"
+    if manifest.get("source_sha256") != source_sha256:
+        return "was converted from other weights"
+    for name, digest in sorted(files.items()):
+        path = target / name
+        if not path.is_file():
+            return f"lacks {name}"
+        if files_sha256([path]) != digest:
+            return f"has a {name} that is not the one written (truncated or changed)"
+    return None
 
 
 def convert_if_offline(model_name: str) -> str:
@@ -196,7 +242,17 @@ def generation_config(ct2_config: dict, tokenizer_json: dict) -> dict:
     }
 
 
-def _convert_into(source: Path, target: Path) -> None:
+def write_manifest(folder: Path, source_sha256: str) -> None:
+    """The converted checkpoint's `MANIFEST`: every file of ``folder`` with its sha256, and the sha256 of the
+    weights it was converted from (written last: a folder without it is an unfinished conversion)."""
+    written = {
+        p.name: files_sha256([p]) for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST
+    }
+    manifest = {"source_sha256": source_sha256, "files": written}
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+
+
+def _convert_into(source: Path, target: Path, source_sha256: str) -> None:
     import numpy as np
     import torch
     from safetensors.torch import save_file
@@ -236,7 +292,10 @@ def _convert_into(source: Path, target: Path) -> None:
         features = WhisperFeatureExtractor(feature_size=sizes["num_mel_bins"])
         WhisperProcessor(feature_extractor=features, tokenizer=tokenizer).save_pretrained(staging)
         tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}
-        save_file(tensors, str(staging / _DONE), metadata={"format": "pt", "source": OFFLINE_MODEL_DIR})
+        # one metadata key: safetensors writes its metadata in hash-map order, which changes per process, so
+        # two keys would make the weights' sha256 (the model's identity) differ between two conversions
+        save_file(tensors, str(staging / WEIGHTS), metadata={"format": "pt"})
+        write_manifest(staging, source_sha256)
         if target.exists():  # a partial folder of a killed conversion
             shutil.rmtree(target)
         os.rename(staging, target)

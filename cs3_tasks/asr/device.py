@@ -14,6 +14,7 @@ import os
 import re
 
 from cs3_tasks.asr.config import AsrConfig, AsrModelError
+from cs3_tasks.core.environment import env_int, refused
 from cs3_tasks.harness.distributed import cpu_threads_per_process
 
 DEFAULT_BATCH_SIZE = 8  # clips per batched decode (faster-whisper) on a CPU
@@ -37,16 +38,17 @@ def asr_device(requested: str | None = None, backend: str = "faster-whisper") ->
     """
     given = requested or os.environ.get(DEVICE_ENV)
     choice = str(given or DEFAULT_DEVICE).strip().lower()
+    if not requested and not re.fullmatch(r"cpu|cuda(:\d+)?", choice):
+        raise refused(DEVICE_ENV, os.environ.get(DEVICE_ENV, ""), "choose cpu, cuda or cuda:N")
     if not re.fullmatch(r"cpu|cuda(:\d+)?", choice):
-        source = "--asr-device" if requested else f"${DEVICE_ENV}"
-        raise ValueError(f"{source}={given!r}: the ASR device must be cpu, cuda or cuda:N")
+        raise ValueError(f"--asr-device={given!r}: the ASR device must be cpu, cuda or cuda:N")
     if choice == "cpu":
         return choice
     gpus = cuda_device_count(backend)
     if gpus == 0:
         raise AsrModelError(f"ASR device {choice} requested but no CUDA device is visible; use cpu")
-    if choice == "cuda" and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
-        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0') or 0) % gpus}"
+    if choice == "cuda" and env_int("WORLD_SIZE", 1, minimum=1) > 1:
+        return f"cuda:{env_int('LOCAL_RANK', 0) % gpus}"
     if ":" in choice and int(choice.split(":")[1]) >= gpus:
         raise AsrModelError(f"ASR device {choice} requested but only {gpus} CUDA device(s) are visible")
     return choice

@@ -11,7 +11,6 @@ an upgraded engine never reuses another engine's transcripts. The CPU's features
 
 from __future__ import annotations
 
-import hashlib
 import platform
 import re
 from dataclasses import asdict
@@ -19,13 +18,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from cs3_tasks.asr.config import AsrConfig, decoding_options
+from cs3_tasks.asr.config import AsrConfig, decoding_options, is_local
+from cs3_tasks.asr.convert import offline_transformers_whisper
 from cs3_tasks.asr.device import asr_device
 from cs3_tasks.asr.numerics import NATIVE, cpu_features, numerics_mode
 from cs3_tasks.asr.offline import offline_weight_parts, offline_whisper_base
 from cs3_tasks.asr.process import runs_in_own_process
 from cs3_tasks.asr.runners import check_asr_device
-from cs3_tasks.core.cache import SqliteCache, cache_dir, stable_key
+from cs3_tasks.core.cache import files_sha256, stable_key
 
 # the distributions whose versions a backend's transcripts depend on
 # (numpy is not among faster-whisper's: its float64 features are the same across numpy versions, BLAS kernels
@@ -36,7 +36,6 @@ ENGINE_PACKAGES = {
     "openai-whisper": ("openai-whisper", "torch", "tiktoken", "numpy"),
 }
 WEIGHT_FILES = ("model.bin", "model.safetensors", "pytorch_model.bin")
-HASHES_FILE = "model_hashes.sqlite"
 
 
 def compute_type(backend: str, device: str) -> str:
@@ -106,9 +105,13 @@ def _version(distribution: str) -> str | None:
 
 def model_identity(model: str) -> dict[str, str | None]:
     """A model by identity: ``name`` (for a local folder or file its own name, else the name or Hub id as
-    given) and ``sha256`` of its weights (None when they are not on this machine, e.g. a name to download)."""
+    given) and ``sha256`` of its weights (None when they are not on this machine, e.g. a name to download).
+    The offline Whisper-base converted for transformers is converted (once) to know its weights, so that
+    its first run names it as every later one does."""
     path = Path(model).expanduser()
-    if path.exists() or path == offline_whisper_base(join=False):  # the offline model, joined or not
+    if path == offline_transformers_whisper(convert=False):
+        offline_transformers_whisper()  # converted and checked: its weights are known from the first run
+    if is_local(path) or path == offline_whisper_base(join=False):  # the offline model, joined or not
         return {"name": path.name, "sha256": weights_sha256(path)}
     snapshot = _hub_snapshot(model)
     return {"name": model, "sha256": weights_sha256(snapshot) if snapshot is not None else None}
@@ -132,36 +135,17 @@ def _hub_snapshot(model: str) -> Path | None:
 
 def weights_sha256(path: Path) -> str | None:
     """sha256 of a model's weights: the file itself, or the weight file(s) of a folder. Computed once per
-    file content on this machine (cached by path, size and modification time). The offline Whisper-base
-    before its parts are joined: the hash of the joined bytes, from its parts."""
+    file content on this machine (cached by path, size and modification time). The offline Whisper-base:
+    the hash of the joined bytes, from its parts, joined or not (a joined copy that differs is joined again
+    before it is used: `offline.joined_model_problem`)."""
+    if path.expanduser() == offline_whisper_base(join=False):
+        return files_sha256(offline_weight_parts())
     files = [path] if path.is_file() else [path / n for n in WEIGHT_FILES if (path / n).is_file()]
     if not files and path.is_dir():
         files = sorted(path.glob("*.safetensors"))
     if not files:
-        offline = offline_whisper_base(join=False)
-        if offline is None or path.expanduser() != offline:
-            return None
-        files = offline_weight_parts()
-    stamp = [[str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
-    cache = SqliteCache(cache_dir() / HASHES_FILE)
-    try:
-        key = stable_key("weights-sha256", stamp)
-        digest = cache.get(key)
-        if digest is None:
-            digest = _sha256_of(files)
-            cache.put(key, digest)
-        return digest
-    finally:
-        cache.close()
-
-
-def _sha256_of(files: list[Path]) -> str:
-    digest = hashlib.sha256()
-    for file in files:
-        with open(file, "rb") as handle:
-            while chunk := handle.read(16 << 20):
-                digest.update(chunk)
-    return digest.hexdigest()
+        return None
+    return files_sha256(files)
 
 
 def describe_fingerprint(fingerprint: dict[str, Any] | None) -> str:

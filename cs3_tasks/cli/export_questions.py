@@ -11,8 +11,10 @@ answer's text and the path of its spoken answer, relative to that folder) into o
 That layout is an outputs folder's too: pointed at one, an export would replace the answers. It never
 replaces a file it did not write: ``OUT/.cs3-questions.json`` (`MANIFEST`) lists each file it wrote with the
 sha256 of its content; a file that is there already is replaced only when the manifest lists it with the same
-content (or as being written by an export that was stopped), else the export refuses before writing anything,
-naming the file, unless ``overwrite``.
+content, else the export refuses before writing anything, naming the file, unless ``overwrite``. Each file's
+entry is appended to a journal (`JOURNAL`, one JSON line each) only after the file is written, and folded into
+the manifest at the end of each set: an export that dies leaves at most the file it was writing unlisted
+(refused next time, never replaced), and no entry for a file it had not written yet.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ from pathlib import Path
 
 from cs3_tasks.core.cache import atomic_write, json_text
 from cs3_tasks.core.data import AUDIO_COLUMN, SETS, DatasetUnavailableError, load_set
+from cs3_tasks.core.statefile import StateFileError, read_state_text
 from cs3_tasks.judge.arguments import score_command
 
 QUESTION_FIELD = "Question"
-MANIFEST = ".cs3-questions.json"  # the files an export wrote: path relative to OUT -> sha256 (None: writing)
+MANIFEST = ".cs3-questions.json"  # the files an export wrote: path relative to OUT -> sha256
+JOURNAL = ".cs3-questions.journal"  # entries of the files written since the manifest was last written
 WRITER = "cs3-bench export-questions"
 
 
@@ -38,26 +42,58 @@ class ExportRefused(ValueError):
     """An export would replace files it did not write."""
 
 
-def read_manifest(out: Path) -> dict[str, str | None]:
-    """The files earlier exports wrote into ``out`` (relative path -> sha256; None: being written when the
-    export stopped); empty when there is no manifest (or it is not one)."""
+def read_manifest(out: Path) -> dict[str, str]:
+    """The files earlier exports wrote into ``out`` (relative path -> sha256): the manifest, then the
+    journal's entries; empty when there is neither (or they are not ours). Either file that is not a
+    regular file of bounded size is refused, naming it (`core.statefile`)."""
+    files: dict[str, str] = {}
     try:
-        content = json.loads((Path(out) / MANIFEST).read_text(encoding="utf-8"))
+        content = json.loads(read_state_text(Path(out) / MANIFEST))
+    except StateFileError:
+        raise
     except (OSError, ValueError):
-        return {}
-    files = content.get("files") if isinstance(content, dict) and content.get("writer") == WRITER else None
-    return dict(files) if isinstance(files, dict) else {}
+        content = None
+    listed = content.get("files") if isinstance(content, dict) and content.get("writer") == WRITER else None
+    if isinstance(listed, dict):  # an entry without a hash (an older export's "being written"): not ours
+        files.update({k: v for k, v in listed.items() if isinstance(k, str) and isinstance(v, str)})
+    try:
+        journal = read_state_text(Path(out) / JOURNAL, errors="replace").splitlines()
+    except FileNotFoundError:
+        journal = []
+    for line in journal:  # a torn last line (a kill while appending) is no entry
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if (
+            isinstance(entry, dict)
+            and isinstance(entry.get("path"), str)
+            and isinstance(entry.get("sha256"), str)
+        ):
+            files[entry["path"]] = entry["sha256"]
+    return files
 
 
-def write_manifest(out: Path, files: dict[str, str | None]) -> None:
+def write_manifest(out: Path, files: dict[str, str]) -> None:
+    """The manifest with ``files``, then no journal (its entries are in the manifest now)."""
     atomic_write(Path(out) / MANIFEST, json_text({"writer": WRITER, "files": files}, indent=1) + "\n")
+    (Path(out) / JOURNAL).unlink(missing_ok=True)
+
+
+def journal_entry(out: Path, name: str) -> str:
+    """Append the entry of a file just written (its path relative to ``out`` and sha256) to the journal;
+    its sha256."""
+    digest = file_sha256(Path(out) / name)
+    with open(Path(out) / JOURNAL, "a", encoding="utf-8") as journal:
+        journal.write(json_text({"path": name, "sha256": digest}) + "\n")
+    return digest
 
 
 def file_sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def not_ours(out: Path, targets: Sequence[str], manifest: dict[str, str | None]) -> list[str]:
+def not_ours(out: Path, targets: Sequence[str], manifest: dict[str, str]) -> list[str]:
     """The ``targets`` (paths relative to ``out``) that exist but were not written by an export as they are
     (not in the manifest, or changed since)."""
     found = []
@@ -67,12 +103,12 @@ def not_ours(out: Path, targets: Sequence[str], manifest: dict[str, str | None])
             continue
         if name not in manifest or not path.is_file():
             found.append(name)
-        elif manifest[name] is not None and file_sha256(path) != manifest[name]:
+        elif file_sha256(path) != manifest[name]:
             found.append(name)
     return found
 
 
-def check_overwrite(out: Path, targets: Sequence[str], manifest: dict[str, str | None]) -> None:
+def check_overwrite(out: Path, targets: Sequence[str], manifest: dict[str, str]) -> None:
     """ExportRefused naming the first file of ``targets`` that an export would replace but did not write."""
     foreign = not_ours(out, targets, manifest)
     if foreign:
@@ -98,17 +134,17 @@ def export_questions(
     if not overwrite:
         check_overwrite(out, [name for names in targets.values() for name in names], manifest)
     counts = {}
+    out.mkdir(parents=True, exist_ok=True)
     for set_name, items in loaded.items():
-        manifest.update(dict.fromkeys(targets[set_name]))  # being written: its own if the export stops
-        write_manifest(out, manifest)
         rows = []
-        for item in items:
+        for item in items:  # each file's entry only after the file: a kill never lists an unwritten one
             qid = str(item["Qid"])
             wav = Path(set_name) / f"{qid}.wav"
             write_question_wav(item.get(AUDIO_COLUMN), out / wav, f"{set_name}/{qid}")
+            manifest[wav.as_posix()] = journal_entry(out, wav.as_posix())
             rows.append({"Qid": qid, "question": item.get(QUESTION_FIELD) or "", "audio": wav.as_posix()})
         atomic_write(out / f"{set_name}.jsonl", "".join(json_text(row) + "\n" for row in rows))
-        manifest.update({name: file_sha256(out / name) for name in targets[set_name]})
+        manifest[f"{set_name}.jsonl"] = journal_entry(out, f"{set_name}.jsonl")
         write_manifest(out, manifest)
         counts[set_name] = len(rows)
     return counts

@@ -101,8 +101,8 @@ def run(args: argparse.Namespace) -> int:
             )
         except OSError as exc:  # e.g. $CS3_BENCH_CACHE is a file: one line naming it, no traceback
             raise file_system_error(exc) from None
-    if outcome.message:
-        print(f"error: {outcome.message}", file=sys.stderr)
+    for line in outcome.error_lines():
+        print(line, file=sys.stderr)
     return outcome.exit_code
 
 

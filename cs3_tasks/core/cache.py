@@ -153,3 +153,28 @@ class SqliteCache:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+HASHES_FILE = "model_hashes.sqlite"  # sha256 of model files, by path, size and modification time
+
+
+def files_sha256(files: list[Path]) -> str:
+    """sha256 of the concatenated content of ``files``, computed once per content on this machine: cached
+    (`HASHES_FILE`) by each file's resolved path, size and modification time, so a file changed in place
+    is hashed again."""
+    stamp = [[str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+    cache = SqliteCache(cache_dir() / HASHES_FILE)
+    try:
+        key = stable_key("weights-sha256", stamp)
+        digest = cache.get(key)
+        if digest is None:
+            hasher = hashlib.sha256()
+            for file in files:
+                with open(file, "rb") as handle:
+                    while chunk := handle.read(16 << 20):
+                        hasher.update(chunk)
+            digest = hasher.hexdigest()
+            cache.put(key, digest)
+        return digest
+    finally:
+        cache.close()

@@ -138,6 +138,24 @@ def _origin(url: str) -> str:
     return f"{parts.scheme.lower()}://{(parts.hostname or '').lower()}:{port}"
 
 
+def unreachable_cause(url: str, timeout: float) -> str | None:
+    """Why nothing can be sent to ``url`` (one TCP connection to its host, or to the proxy the environment
+    names for it, within ``timeout`` s), or None when something accepts connections there. A server that is
+    not running fails every request alike: checked once, before the first one."""
+    import socket
+
+    proxy = requests.utils.get_environ_proxies(url).get(urlsplit(url).scheme.lower())
+    target = proxy if proxy else url
+    parts = urlsplit(target if "://" in target else f"http://{target}")
+    host, port = parts.hostname or "", parts.port or {"https": 443}.get(parts.scheme.lower(), 80)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        via = f" (through the proxy {_origin(parts.geturl())})" if proxy else ""
+        return f"no connection to {host}:{port}{via}: {exc.strerror or exc}"
+    return None
+
+
 def _post_within_origin(
     session: requests.Session, url: str, body: dict, headers: dict[str, str], deadline: float
 ) -> requests.Response:

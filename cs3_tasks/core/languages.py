@@ -34,6 +34,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from cs3_tasks.core.environment import refused
 from cs3_tasks.core.scripts import SCRIPTS
 from cs3_tasks.prompts import load_prompt
 
@@ -149,6 +150,13 @@ class LanguagePair:
 def search_dirs() -> list[Path]:
     """Folders searched for ``<name>.yaml``: $CS3_LANGUAGE_PAIRS entries first, then the package's."""
     extra = [Path(p).expanduser() for p in os.environ.get(PAIRS_ENV, "").split(os.pathsep) if p.strip()]
+    for folder in extra:
+        if not folder.is_dir():
+            raise refused(
+                PAIRS_ENV,
+                str(folder),
+                f"each entry must be a folder of pair YAML files ({os.pathsep}-separated)",
+            )
     return [*extra, PAIR_DIR]
 
 

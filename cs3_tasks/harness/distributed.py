@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from cs3_tasks.core.environment import env_int
+
 # A rank can wait at a barrier for as long as its peers generate (hours for a talker on 924 items):
 # the default 30 min timeout of torch.distributed would kill long runs.
 COLLECTIVE_TIMEOUT = timedelta(days=7)
@@ -120,17 +122,14 @@ def end_of_launch(timeout: timedelta = END_OF_LAUNCH_TIMEOUT) -> None:
 
 
 def _group(rank: int, world_size: int) -> ProcessGroup:
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-    local_rank = int(os.environ.get("LOCAL_RANK", rank % max(1, local_world)))
+    local_world = env_int("LOCAL_WORLD_SIZE", world_size, minimum=1)
+    local_rank = env_int("LOCAL_RANK", rank % max(1, local_world))
     return ProcessGroup(rank=rank, world_size=world_size, local_rank=local_rank, local_world_size=local_world)
 
 
 def launch_world_size() -> int:
     """The number of processes the launcher started (``WORLD_SIZE``), read without joining the group."""
-    try:
-        return int(os.environ.get("WORLD_SIZE", "1"))
-    except ValueError:
-        return 1
+    return env_int("WORLD_SIZE", 1, minimum=1)
 
 
 def _torch_distributed():
@@ -224,5 +223,5 @@ def cpu_threads_per_process() -> int:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         cores = os.cpu_count() or 1
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if launch_world_size() > 1 else 1
+    local_world = env_int("LOCAL_WORLD_SIZE", 1, minimum=1) if launch_world_size() > 1 else 1
     return max(1, cores // max(1, local_world))

@@ -11,7 +11,7 @@ name pins its weights (a dated snapshot) or is an undated alias."""
 from __future__ import annotations
 
 from cs3_tasks.judge.arguments import judge_config_from_options, option_value
-from cs3_tasks.judge.config import JudgeAuthError, JudgeConfig, JudgeConfigError
+from cs3_tasks.judge.config import JudgeAuthError, JudgeConfig, JudgeConfigError, JudgeUnreachableError
 from cs3_tasks.judge.engine import Verdict, ask_batch
 from cs3_tasks.judge.parsing import UnparseableReply
 from cs3_tasks.judge.prompts import ConversationItem, KnowledgeItem, OpenEndedItem, load_prompt, render_prompt
@@ -23,6 +23,7 @@ from cs3_tasks.judge.tasks import judge_conversation, judge_knowledge, judge_ope
 __all__ = [
     "ConversationItem",
     "JudgeAuthError",
+    "JudgeUnreachableError",
     "JudgeConfig",
     "JudgeConfigError",
     "KnowledgeItem",

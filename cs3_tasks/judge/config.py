@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 
 from cs3_tasks.core.cache import cache_dir
 from cs3_tasks.core.chat_api import RetryPolicy, chat_url
+from cs3_tasks.core.refusal import Refusal
 from cs3_tasks.judge.redaction import redact
 
 DEFAULT_BASE_URL = "https://dashscope.aliyuncs.com/compatible-mode/v1"
@@ -58,6 +59,11 @@ class JudgeConfigError(ValueError):
 class JudgeAuthError(RuntimeError):
     """The judge endpoint refused the credentials (HTTP 401/403): the run stops at once (every request would
     fail the same way); the message names the endpoint (redacted) and the key's variable."""
+
+
+class JudgeUnreachableError(JudgeAuthError, Refusal):
+    """Nothing accepts connections at the judge's URL (checked before the first request): the run stops as
+    for refused credentials, in one line naming the URL (redacted); what was scored before is kept."""
 
 
 # the ranges of a judge's numbers, one home for the config's check and the command line's (scoring/options.py)
@@ -105,9 +111,12 @@ class JudgeConfig:
         }
         if "base_url" in given and "api_key_env" not in given:
             env["api_key_env"] = None  # the env key variable belongs to the env/default endpoint
-        for name, value in env.items():
-            if value and name not in given:
-                given[name] = value
+        from_env = {name for name, value in env.items() if value and name not in given}
+        given.update({name: env[name] for name in from_env})
+        if "base_url" in from_env and not _is_http_url(env["base_url"]):
+            raise JudgeConfigError(
+                f"${ENV_BASE_URL}={redact(env['base_url'])!r} is not an http(s) URL (or unset it)"
+            )
         if "api_key_env" not in given:
             given["api_key_env"] = default_api_key_env(given.get("base_url", DEFAULT_BASE_URL))
         return cls(**given)
@@ -146,8 +155,7 @@ class JudgeConfig:
 
         Raises JudgeConfigError with the fix in the message; call it before starting long work.
         """
-        parsed = urlparse(self.base_url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        if not _is_http_url(self.base_url):
             raise JudgeConfigError(f"judge base_url {self.public_base_url!r} is not an http(s) URL")
         if not self.model:
             raise JudgeConfigError("judge model is empty: set --judge-model or $CS3_JUDGE_MODEL")
@@ -214,3 +222,8 @@ def default_api_key_env(base_url: str) -> str:
     """The key variable that belongs to an endpoint: known providers, none for loopback, else ""."""
     host = (urlparse(base_url).hostname or "").lower()
     return _KNOWN_KEY_ENVS.get(host, "")
+
+
+def _is_http_url(url: str | None) -> bool:
+    parsed = urlparse(url or "")
+    return parsed.scheme in ("http", "https") and bool(parsed.netloc)

@@ -10,8 +10,9 @@ protocol's strict parser with one ask, or the reference protocol's rule (up to 1
 Failure policy, the same for every policy: a request that still times out or errors after the last
 attempt, and any other failure (a bad charset, a key that cannot be sent), yields
 ``Verdict(value=None, error="judge_error: <cause>")`` for that item only; it is never scored as right,
-wrong or 0. Only refused credentials (HTTP 401/403) stop the run (`JudgeAuthError`): every request would
-fail the same way.
+wrong or 0. Only refused credentials (HTTP 401/403) and a server that accepts no connection (checked once,
+before the first request: `JudgeUnreachableError`) stop the run (`JudgeAuthError`): every request would fail
+the same way.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ from cs3_tasks.core.chat_api import (
     message_text,
     post_chat,
     snippet,
+    unreachable_cause,
 )
 from cs3_tasks.core.text import valid_text
-from cs3_tasks.judge.config import JudgeAuthError, JudgeConfig
+from cs3_tasks.judge.config import JudgeAuthError, JudgeConfig, JudgeUnreachableError
 from cs3_tasks.judge.parsing import UnparseableReply
 from cs3_tasks.judge.redaction import redact, url_secrets
 
@@ -50,6 +52,7 @@ CACHE_SCHEMA = "cs3-judge/v1"
 MAX_MESSAGE_CHARS = 32_000
 MAX_REPLY_BYTES = 4_000_000
 MAX_REPLY_CHARS = 20_000
+REACH_TIMEOUT = 10.0  # seconds for the one connection that checks the judge's server is there
 
 
 @dataclass(frozen=True)
@@ -388,6 +391,12 @@ def _run_pending(
     pending: dict[tuple[str, int], _Item], config: JudgeConfig, progress: bool, desc: str
 ) -> dict[tuple[str, int], Verdict]:
     api_key = config.validate()
+    cause = unreachable_cause(config.endpoint, min(config.timeout, REACH_TIMEOUT))
+    if cause is not None:
+        raise JudgeUnreachableError(
+            f"LLM judge {config.model} at {config.public_base_url} cannot be reached ({redact(cause)}): "
+            "start the server, or give its URL (--judge-base-url), and re-run (finished records are kept)"
+        )
     local = threading.local()
     sessions: list[requests.Session] = []
     sessions_lock = threading.Lock()

@@ -39,6 +39,7 @@ import numpy as np
 from cs3_tasks.core.audio import SAMPLE_RATE, AudioSource, load_audio, write_wav
 from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.data import SETS
+from cs3_tasks.core.statefile import RECORDS_LIMIT, read_state_text
 from cs3_tasks.harness.distributed import all_gather_list
 from cs3_tasks.harness.speech import encode_response, speech_output_path
 from cs3_tasks.judge.arguments import score_command
@@ -458,7 +459,7 @@ class SpeechLM(DataParallelLM):
             if not path.exists():
                 continue
             latest: dict[str, str] = {}
-            for line in path.read_text(encoding="utf-8").splitlines():
+            for line in read_state_text(path, RECORDS_LIMIT).splitlines():
                 try:
                     latest[str(json.loads(line)["Qid"])] = line
                 except (json.JSONDecodeError, KeyError, TypeError):
@@ -481,7 +482,7 @@ class SpeechLM(DataParallelLM):
             for line in (
                 line
                 for path in output_files(self.output_dir, self.set_name(task))
-                for line in path.read_text(encoding="utf-8").splitlines()
+                for line in read_state_text(path, RECORDS_LIMIT).splitlines()
             ):
                 try:
                     row = json.loads(line)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from cs3_tasks.core.audio import SAMPLE_RATE, load_audio
+from cs3_tasks.core.environment import env_int
 from cs3_tasks.recipe.adapter import RECIPE_FILE, apply_adapter, decode_keeping_recipe_tokens
 from cs3_tasks.recipe.transforms import SPECIAL_TOKENS, TransformConfig, postprocess, transform_target
 
@@ -388,7 +389,7 @@ def build_vocalnet(cfg: TrainConfig):
     import torch
 
     # each process loads onto its own GPU (accelerate/torchrun set LOCAL_RANK)
-    device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if torch.cuda.is_available() else "cpu"
+    device = f"cuda:{env_int('LOCAL_RANK', 0)}" if torch.cuda.is_available() else "cpu"
     tokenizer, model, _ = load_pretrained_model(cfg.vocalnet_model, None, s2s=True, device=device)
     new_ids = add_recipe_tokens(tokenizer, model)
     model.requires_grad_(False)  # speech encoder, projector, speech generator stay frozen

@@ -137,10 +137,10 @@ RETRYABLE_ERRORS = (
 )
 
 
-def _verdicts(records: Iterable[Mapping]):
-    """(error, unparsed, asked) of every judge verdict slot of the records."""
+def _verdicts(records: Iterable[Mapping], channels: Sequence[str] = CHANNELS):
+    """(error, unparsed, asked) of every judge verdict slot of the records, on ``channels``."""
     for record in records:
-        for ch in CHANNELS:
+        for ch in channels:
             for kind in ("judge", *ASPECTS):
                 if f"{ch}_{kind}_error" not in record:
                     continue
@@ -153,16 +153,23 @@ def _verdicts(records: Iterable[Mapping]):
                 yield error, unparsed, error or unparsed or record.get(f"{ch}_{kind}") is not None
 
 
-def judge_failures(records: Iterable[Mapping]) -> tuple[int, int]:
-    """(failed, asked): the judge verdicts of these records that failed, of all those the judge was asked."""
-    counts = [(error, asked) for error, _, asked in _verdicts(records)]
+def judge_failures(records: Iterable[Mapping], channels: Sequence[str] = CHANNELS) -> tuple[int, int]:
+    """(failed, asked): the judge verdicts of these records (on ``channels``) that failed, of all those the
+    judge was asked."""
+    counts = [(error, asked) for error, _, asked in _verdicts(records, channels)]
     return sum(error for error, _ in counts), sum(asked for _, asked in counts)
 
 
-def judge_unparsed(records: Iterable[Mapping]) -> tuple[int, int]:
+def judge_errors(record: Mapping, ch: str) -> list[str]:
+    """The judge errors of one record's channel (a knowledge verdict, or an open-ended aspect's score)."""
+    return [str(record[key]) for kind in ("judge", *ASPECTS) if record.get(key := f"{ch}_{kind}_error")]
+
+
+def judge_unparsed(records: Iterable[Mapping], channels: Sequence[str] = CHANNELS) -> tuple[int, int]:
     """(unparsed, asked): the verdicts no reply had (reference protocol: counted wrong, as the authors' code
-    does, after 10 asks), of all those the judge was asked. Most of them unparsed is an incomplete run."""
-    counts = [(unparsed, asked) for _, unparsed, asked in _verdicts(records)]
+    does, after 10 asks), of all those the judge was asked (on ``channels``). Most of them unparsed is an
+    incomplete run."""
+    counts = [(unparsed, asked) for _, unparsed, asked in _verdicts(records, channels)]
     return sum(u for u, _ in counts), sum(a for _, a in counts)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import errno
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from typing import Protocol as Protocol_
 from cs3_tasks import judge
 from cs3_tasks.core import data
 from cs3_tasks.core.data import SETS
+from cs3_tasks.core.refusal import Refusal
 from cs3_tasks.core.text import valid_text
 from cs3_tasks.scoring import summary
 from cs3_tasks.scoring.bundle import summary_difference
@@ -33,7 +34,7 @@ from cs3_tasks.scoring.outputs import (
 )
 from cs3_tasks.scoring.pipeline import score_batch
 from cs3_tasks.scoring.protocols import Protocol
-from cs3_tasks.scoring.records import judge_failures, judge_unparsed
+from cs3_tasks.scoring.records import CHANNELS, judge_errors, judge_failures, judge_unparsed
 from cs3_tasks.scoring.settings import ScoringError, ScoringSettings
 from cs3_tasks.scoring.store import (
     SCORED_DOC_FIELDS,
@@ -109,14 +110,21 @@ class ScoreJob:
 
 @dataclass(frozen=True)
 class ScoreOutcome:
-    """How `score_outputs` ended (`scoring_outcome`): exit code 0 (scored), 3 (most judge verdicts failed,
-    or most items of a set have no response on a channel: the summaries are written but incomplete) or
-    `NOT_REPRODUCED` (a re-score's summaries differ from the bundle's), ``message`` says why; and the sets
-    scored."""
+    """How `score_outputs` ended (`scoring_outcome`): exit code 0 (scored), 3 (incomplete: the summaries are
+    written, and ``message`` says why: most judge verdicts of the run failed or are unparsed, a set had no
+    rows, or a set failed as a whole on a channel: one line per set and channel, ``failed_parts``) or
+    `NOT_REPRODUCED` (a re-score's summaries differ from the bundle's); and the sets scored."""
 
     exit_code: int
     sets: tuple[str, ...]
     message: str | None = None
+    failed_parts: tuple[str, ...] = ()
+
+    def error_lines(self) -> list[str]:
+        """What the command says on stderr, one ``error: `` line each: the run's message, then each set and
+        channel that failed as a whole."""
+        lines = [self.message] if self.message and self.message != "; ".join(self.failed_parts) else []
+        return [f"error: {line}" for line in (*lines, *self.failed_parts)]
 
 
 @dataclass
@@ -240,6 +248,8 @@ def score_outputs(job: ScoreJob, engines: Engines, held, *, echo: bool = True) -
         return _score_sets(job, engines, set_names, lock, echo=echo)
     except OSError as exc:  # the result dir or a cache cannot be written: one line, nothing lost
         raise file_system_error(exc) from exc
+    except Refusal as exc:  # e.g. a state file that is a FIFO, a bad environment value: this run's error
+        raise ScoringError(str(exc)) from exc
 
 
 def _score_sets(
@@ -290,8 +300,9 @@ def scoring_outcome(
 ) -> ScoreOutcome:
     """How a scored run ended (`ScoreOutcome`), the one rule of its exit code: not reproduced
     (`NOT_REPRODUCED`) when a re-score's summaries differ from the ones it verifies (``differences``, per
-    set); incomplete (3) when most judge verdicts failed or are unparsed, a set had no rows, or most items of
-    a set have no response on a channel; else scored (0)."""
+    set); incomplete (3) when most judge verdicts of the run failed or are unparsed, a set had no rows, or a
+    set failed as a whole on a channel (`failed_parts`); else scored (0). ``summaries`` is kept for callers;
+    the rule of 3 reads the records."""
 
     if differences:
         message = (
@@ -299,33 +310,68 @@ def scoring_outcome(
             f"records do not give those numbers (re-scored into {out})"
         )
         return ScoreOutcome(NOT_REPRODUCED, tuple(set_names), message)
+    del summaries  # the rule is a function of the records alone
+    parts = tuple(failed_parts(records, out))
+    message = None
     failed, asked = judge_failures(records)
+    unparsed, _ = judge_unparsed(records)
     if 2 * failed > asked:
         message = (
             f"{failed} of {asked} judge verdicts of this run failed (see the *_error fields of the "
             f"records in {out}); the summary is incomplete. Re-run to retry them."
         )
-        return ScoreOutcome(3, tuple(set_names), message)
-    unparsed, asked = judge_unparsed(records)
-    if 2 * unparsed > asked:
+    elif 2 * unparsed > asked:
         message = (
             f"{unparsed} of {asked} judge verdicts of this run are unparsed (no reply held a verdict; "
             f"counted wrong, as the authors' code does: see the *_raw fields of the records in {out}); the "
             "judge does not follow the prompt's format, so the summary is not the benchmark's number."
         )
-        return ScoreOutcome(3, tuple(set_names), message)
-    if empty:
+    elif empty:
         message = "; ".join(empty) + f" (the other sets are scored into {out})"
-        return ScoreOutcome(3, tuple(set_names), message)
-    for set_name in set_names:
-        missing, items = summary.missing_responses(summaries[set_name])
-        if 2 * missing > items:
-            message = (
-                f"{set_name}: {missing} of {items} items have no response on a channel (generation, TTS or "
-                f"ASR failed: see the problem field of the records in {out}); the summary is incomplete."
-            )
-            return ScoreOutcome(3, tuple(set_names), message)
-    return ScoreOutcome(0, tuple(set_names))
+    elif parts:
+        message = "; ".join(parts)
+    return ScoreOutcome(3 if message else 0, tuple(set_names), message, parts)
+
+
+def failed_parts(records: Iterable[Mapping], out: Path) -> list[str]:
+    """The rule of a set that failed as a whole (docs/reliability.md), pure: one line for each set and
+    channel where more than half of the judge verdicts asked failed or are unparsed, or more than half of
+    the items have no response on the channel (generation, TTS or ASR failed). A channel no item of the set
+    has (a text-only model's speech) is not applicable, never failed."""
+
+    by_set: dict[str, list[Mapping]] = {}
+    for record in records:
+        if not str(record.get("problem") or "").startswith("unknown Qid"):
+            by_set.setdefault(str(record.get("set")), []).append(record)
+    lines = []
+    for set_name, rows in by_set.items():
+        for ch in CHANNELS:
+            if all((r["text"] if ch == "text" else r["audio"]) is None for r in rows):
+                continue  # not applicable
+            where = f"{set_name}, {ch} channel"
+            missing = [r for r in rows if summary.channel_response(r, ch) is None]
+            if 2 * len(missing) > len(rows):
+                asr = [str(r["asr_error"]) for r in missing if r.get("asr_error")]
+                cause = (
+                    f"ASR failed on {len(asr)}: {asr[0][:120]}"
+                    if asr
+                    else "generation or TTS failed: see the problem field"
+                )
+                lines.append(
+                    f"{where}: {len(missing)} of {len(rows)} items have no response on a channel ({cause}; "
+                    f"records in {out})"
+                )
+                continue
+            failed, asked = judge_failures(rows, (ch,))
+            unparsed, _ = judge_unparsed(rows, (ch,))
+            if asked and 2 * (failed + unparsed) > asked:
+                errors = [str(e) for r in rows for e in judge_errors(r, ch)]
+                cause = f"{failed} failed" + (f", e.g. {errors[0][:120]}" if errors else "")
+                lines.append(
+                    f"{where}: {failed + unparsed} of {asked} judge verdicts are missing ({cause}; "
+                    f"{unparsed} unparsed: see the *_error and *_raw fields of the records in {out})"
+                )
+    return lines
 
 
 def _run_set(

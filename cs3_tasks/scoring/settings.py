@@ -15,6 +15,7 @@ from cs3_tasks.asr import (
     default_backend,
     default_device_note,
 )
+from cs3_tasks.asr.fingerprint import numerics_of
 from cs3_tasks.core.refusal import Refusal
 from cs3_tasks.judge import JudgeConfigError, judge_config_from_options, option_value
 from cs3_tasks.scoring.protocols import Protocol, protocol_for, reference
@@ -187,6 +188,9 @@ def settings_from_options(options: Mapping[str, Any], *, reference_prompts: bool
         asr_config = asr_config_from_options(options)
         chosen = bool(option_value(options, "asr_backend") or option_value(options, "asr_model"))
         asr_config = protocol_asr(asr_config, protocol, chosen=chosen)
+        if not options.get("use_given_transcripts"):  # the ASR's arithmetic variable, read where it applies
+            backend = str(asr_config.resolved().backend)
+            numerics_of(backend, asr_device(asr_config.device, backend))
     except (JudgeConfigError, ValueError) as exc:
         raise ScoringError(str(exc)) from None
     if not options.get("use_given_transcripts"):

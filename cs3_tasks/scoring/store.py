@@ -12,6 +12,12 @@ from typing import Any
 from cs3_tasks.core.audio import AudioError, content_hash
 from cs3_tasks.core.cache import atomic_write, json_text, stable_key
 from cs3_tasks.core.refusal import Refusal
+from cs3_tasks.core.statefile import (
+    RECORDS_LIMIT,
+    StateFileError,
+    check_state_file,
+    read_state_text,
+)
 from cs3_tasks.scoring.outputs import (
     ModelOutput,
     audio_label,
@@ -60,6 +66,7 @@ def result_dir_lock(out: Path, *, wait: bool = False) -> Iterator[None]:
         return
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    check_state_file(out / LOCK_FILE, links=False)  # written in place: a FIFO, a device, a link refused
     with open(out / LOCK_FILE, "a+", encoding="utf-8") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -91,7 +98,9 @@ def check_same_system(out: Path, settings: Mapping, outputs: Path | None = None)
     mine = {k: settings.get(k) for k in IDENTITY_KEYS}
     for path in sorted(Path(out).glob("*.settings.json")):
         try:
-            theirs = json.loads(path.read_text(encoding="utf-8"))
+            theirs = json.loads(read_state_text(path))
+        except StateFileError:
+            raise
         except (OSError, ValueError):
             continue
         theirs = {k: theirs.get(k) for k in IDENTITY_KEYS} if isinstance(theirs, dict) else {}
@@ -112,7 +121,9 @@ def check_same_system(out: Path, settings: Mapping, outputs: Path | None = None)
 def local_outputs(out: Path) -> Path | None:
     """The outputs folder a result dir was scored from, on this machine (None: not recorded here)."""
     try:
-        found = json.loads((Path(out) / LOCAL_FILE).read_text(encoding="utf-8")).get("outputs")
+        found = json.loads(read_state_text(Path(out) / LOCAL_FILE)).get("outputs")
+    except StateFileError:
+        raise
     except (OSError, ValueError, AttributeError):
         return None
     return Path(found) if isinstance(found, str) else None
@@ -138,11 +149,11 @@ def read_run_settings(result_dir: Path, set_name: str, summary: Mapping | None =
     ``summary``; None when neither is there. RecordsError (naming the file) when the file is not a JSON
     object."""
     path = Path(result_dir) / f"{set_name}.settings.json"
-    if not path.is_file():
+    if not check_state_file(path):
         found = (summary or {}).get("settings")
         return found if isinstance(found, dict) else None
     try:
-        settings = json.loads(path.read_text(encoding="utf-8"))
+        settings = json.loads(read_state_text(path))
     except (ValueError, UnicodeDecodeError) as exc:
         raise RecordsError(f"{path}: not a JSON object ({exc})") from None
     if not isinstance(settings, dict):
@@ -157,9 +168,9 @@ def read_records(path: Path) -> dict[str, dict]:
     not a JSON record with a "qid" is a RecordsError naming the file and line."""
     records: dict[str, dict] = {}
     path = Path(path)
-    if not path.is_file():
+    if not check_state_file(path, RECORDS_LIMIT):
         return records
-    content = path.read_text(encoding="utf-8", errors="surrogateescape")
+    content = read_state_text(path, RECORDS_LIMIT, errors="surrogateescape")
     lines = content.splitlines()
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -290,8 +301,8 @@ class RecordsFile:
             check_same_system(self.out, settings, outputs)
         if restart:
             self.path.unlink(missing_ok=True)
-        if self.path.is_file() and self.settings_path.is_file():
-            previous = comparable_settings(json.loads(self.settings_path.read_text(encoding="utf-8")))
+        if check_state_file(self.path, RECORDS_LIMIT) and check_state_file(self.settings_path):
+            previous = comparable_settings(json.loads(read_state_text(self.settings_path)))
             compared = {
                 k: v
                 for k, v in comparable_settings(settings).items()

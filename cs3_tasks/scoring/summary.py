@@ -18,6 +18,7 @@ from typing import Any
 from cs3_tasks.core import metrics
 from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.core.data import KNOWLEDGE_SETS, check_set
+from cs3_tasks.core.statefile import check_state_file, read_state_text
 from cs3_tasks.judge import is_dated_snapshot, redact, undated_judge_note
 from cs3_tasks.scoring.cs_vs_en import GAP_KEYS, compare_cs_en, gap_entry
 from cs3_tasks.scoring.formatting import format_entry
@@ -384,7 +385,7 @@ def summary_paths(out: Path, set_name: str) -> tuple[Path, Path]:
 def read_summary(out: Path, set_name: str) -> dict | None:
     """The set's summary in a result dir, or None when it was not scored there."""
     path = summary_paths(out, set_name)[0]
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    return json.loads(read_state_text(path)) if check_state_file(path) else None
 
 
 def write_summary(out: Path, summary: Mapping) -> str:
