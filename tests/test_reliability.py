@@ -481,3 +481,18 @@ def test_lm_eval_metadata_accepts_the_model_args_of_our_models():
 
     cascade = {"asr_language": "zh", "asr_use_cache": True, "tts_backend": "espeak", "llm_model": "m"}
     run.check_metadata({**cascade, "llm_base_url": "http://127.0.0.1:1/v1", "model": "x", "max_retries": 3})
+
+
+@pytest.mark.slow
+def test_a_demo_whose_speech_channel_failed_as_a_whole_exits_3_naming_it(tmp_path, fake_asr, capsys):
+    """The demo (through lm-eval) follows the rule of `cs3-bench score`: a set whose speech channel has no
+    transcript for most items is one `error:` line naming the set and channel, exit 3 (its files written)."""
+    from cs3_tasks import cli
+    from cs3_tasks.asr import Transcript
+
+    fake_asr(lambda audio, language: Transcript("", None, error="asr_error: RuntimeError: the ASR broke"))
+    argv = ["demo", "--out", str(tmp_path / "demo"), "--systems", "demo-strong", "--tasks", "cs3_knowledge"]
+    assert cli.main([*argv, "--limit", "4"]) == 3
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert errors and all(line.startswith("error: demo-strong: knowledge, speech channel") for line in errors)
+    assert "the ASR broke" in errors[0] and (tmp_path / "demo" / "leaderboard.md").is_file()

@@ -16,7 +16,9 @@ from cs3_tasks.core.cache import atomic_write
 from cs3_tasks.report import leaderboard as report
 from cs3_tasks.report.html import write_report_quietly
 from cs3_tasks.scoring.options import DEMO, add_run_options, options_of
+from cs3_tasks.scoring.run import failed_parts
 from cs3_tasks.scoring.settings import settings_from_options
+from cs3_tasks.scoring.store import read_records
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,4 +82,18 @@ def run(args: argparse.Namespace) -> int:
 
     write_report_quietly(out / "report", [out / system for system in systems], args.dataset)
     print(f"demo finished in {time.time() - started:.0f} s; results in {out}")
-    return 0
+    # a set that failed as a whole fails the run, as `cs3-bench score` says it (docs/reliability.md)
+    failed = [f"{system}: {line}" for system in systems for line in failed_sets(out / system)]
+    for line in failed:
+        print(f"error: {line}", file=sys.stderr)
+    return 3 if failed else 0
+
+
+def failed_sets(result_dir: Path) -> list[str]:
+    """The sets and channels of a scored result dir that failed as a whole (`run.failed_parts`)."""
+    records = [
+        record
+        for path in sorted(result_dir.glob("*.records.jsonl"))
+        for record in read_records(path).values()
+    ]
+    return failed_parts(records, result_dir)
