@@ -21,10 +21,18 @@ excluded from every timing).
   process, as a user's script runs it, no cache), keyword stage, judge the text channel, judge the speech
   channel (no cache, one request at a time), text metrics;
 - faster-whisper's own BatchedInferencePipeline (ASR only) on the same clips with the same decoding
-  settings, in this process: one call per clip, and one call over all clips joined into one stream with
+  settings and our features: one call per clip, and one call over all clips joined into one stream with
   clip_timestamps marking each clip (so it batches the clips, 8 at a time, and every segment is attributed
-  to its clip); and the one-stream call again in a child process started with the memory-allocator
-  settings our ASR process runs with (cs3_tasks/asr/process.py), so that the two are compared on equal terms.
+  to its clip); the one-stream call both with our ASR process's allocator settings
+  (cs3_tasks/asr/process.py) and with glibc's defaults.
+
+Every arm runs under the same arithmetic, one table each for ``--numerics portable,native`` (the values of
+$CS3_ASR_NUMERICS): the engine reads its code paths once, at start-up, so each table's arms run in a child of
+this script started with the environment our ASR child gets for it (`process.child_environment`: the
+engine's pinned code paths for portable, none for native, and our allocator settings), and every arm
+computes our float64 log-mel (`numerics.PortableFeatures`, which our ASR uses in both modes); the one-stream
+pipeline call with glibc's default allocator runs in a child of its own with the same arithmetic. With
+``--json`` the first table's figures keep their keys, the second's sit under its name ("native").
 """
 
 from __future__ import annotations
@@ -267,7 +275,7 @@ def run_pipeline(docs: list[dict], outputs: Path, model: str, per_clip: bool = T
     log-mel of cs3_tasks.asr.numerics, as our ASR computes them): one call per clip, and one call over all
     clips joined into one stream with ``clip_timestamps`` marking each clip, so that it batches the clips (8
     at a time) and each segment is attributed to its clip by time. Language: detected per call (so once for
-    the whole stream)."""
+    the whole stream). Reading the clips is inside each timing, as for ours and the naive loop."""
     import numpy as np
     from faster_whisper import BatchedInferencePipeline, WhisperModel
 
@@ -280,7 +288,7 @@ def run_pipeline(docs: list[dict], outputs: Path, model: str, per_clip: bool = T
     whisper.feature_extractor = PortableFeatures(whisper.feature_extractor)
     pipeline = BatchedInferencePipeline(whisper)
     found = read_outputs(outputs, "knowledge")
-    clips = [load_audio(found[doc["Qid"]].audio) for doc in docs]
+    paths = [found[doc["Qid"]].audio for doc in docs]
     options = {
         "beam_size": asr.DECODING.beam_size,
         "temperature": asr.DECODING.temperature,
@@ -288,20 +296,22 @@ def run_pipeline(docs: list[dict], outputs: Path, model: str, per_clip: bool = T
         "vad_filter": False,
         "batch_size": 8,
     }
-    list(pipeline.transcribe(clips[0], **options)[0])  # warm-up, excluded
+    list(pipeline.transcribe(load_audio(paths[0]), **options)[0])  # warm-up, excluded
+    # each call reads its clips inside the timing, as ours and the naive loop do
     start = time.perf_counter()
     per_clip_texts = [
-        "".join(seg.text for seg in pipeline.transcribe(clip, **options)[0]).strip()
-        for clip in (clips if per_clip else [])
+        "".join(seg.text for seg in pipeline.transcribe(load_audio(path), **options)[0]).strip()
+        for path in (paths if per_clip else [])
     ]
     per_clip_s = time.perf_counter() - start
+    start = time.perf_counter()
+    clips = [load_audio(path) for path in paths]
     gap = np.zeros(SAMPLE_RATE, dtype=np.float32)
     stream = np.concatenate([part for clip in clips for part in (clip, gap)])
     bounds, at = [], 0.0
     for clip in clips:
         bounds.append({"start": at, "end": at + len(clip) / SAMPLE_RATE})
         at += (len(clip) + len(gap)) / SAMPLE_RATE
-    start = time.perf_counter()
     stream_texts = [""] * len(clips)
     for seg in pipeline.transcribe(stream, clip_timestamps=bounds, **options)[0]:
         owner = max(i for i, b in enumerate(bounds) if b["start"] <= seg.start + 0.05)
