@@ -130,7 +130,14 @@ def test_score_throughput(tmp_path):
     )
     assert result.returncode == 0
     assert "naive sequential" in result.stdout and "BatchedInferencePipeline" in result.stdout
-    assert out.is_file()
+    # one table per arithmetic: the first keeps the figures' keys, the second sits under its name
+    assert "portable arithmetic:" in result.stdout and "native arithmetic:" in result.stdout
+    timings = json.loads(out.read_text(encoding="utf-8"))
+    assert timings["numerics"] == "portable" and timings["native"]["numerics"] == "native"
+    for table in (timings, timings["native"]):
+        keys = {"naive_asr_s", "ours_cold_asr_s", "pipeline_asr_s", "transcripts_identical_to_naive"}
+        assert keys <= set(table)
+        assert set(table["pipeline_asr_s"]) == {"per_clip", "one_stream", "one_stream_our_allocator"}
 
 
 @pytest.mark.slow
@@ -154,6 +161,17 @@ def test_asr_numerics(tmp_path):
     result = run_script("asr_numerics.py", tmp_path, "--n", "1")
     assert result.returncode == 0
     assert "| portable (default) |" in result.stdout and "| native, emulated AVX2 machine |" in result.stdout
+
+
+@pytest.mark.slow
+def test_asr_numerics_factors(tmp_path):
+    """Smallest: one demo clip, each factor of the portable arithmetic alone, one round."""
+    if not offline_whisper_installed():
+        pytest.skip("the offline Whisper-base is not installed (pip install cs3-bench[offline])")
+    result = run_script("asr_numerics.py", tmp_path, "--n", "1", "--factors")
+    assert result.returncode == 0
+    for row in ("| native (this CPU) | ", "| native + MKL_CBWR=AVX2 | ", "| portable, float32 log-mel | "):
+        assert row in result.stdout
 
 
 @pytest.mark.slow
