@@ -69,9 +69,9 @@ def test_one_process_is_rank_0_of_1(tmp_path):
 def test_process_group_devices(monkeypatch):
     one, rank1 = distributed.ProcessGroup(), distributed.ProcessGroup(rank=3, world_size=4, local_rank=1)
     assert one.device("cpu") == "cpu" and rank1.device("cpu") == "cpu"
-    monkeypatch.setattr(distributed, "_cuda_device_count", lambda: 0)
+    monkeypatch.setattr(distributed, "cuda_device_count", lambda: 0)
     assert one.device("cuda:0") == "cpu" and rank1.device(None) == "cpu"
-    monkeypatch.setattr(distributed, "_cuda_device_count", lambda: 1)  # 4 ranks, one GPU: they share it
+    monkeypatch.setattr(distributed, "cuda_device_count", lambda: 1)  # 4 ranks, one GPU: they share it
     assert rank1.device(None) == "cuda:0" and rank1.device("cuda") == "cuda:0"
 
 
@@ -218,7 +218,7 @@ def test_collectives_across_two_processes(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     probes = [json.loads(path.read_text(encoding="utf-8")) for path in sorted(tmp_path.glob("probe-*.json"))]
     assert [p["rank"] for p in probes] == [0, 1]
-    gpus = distributed._cuda_device_count()
+    gpus = distributed.cuda_device_count()
     for p in probes:
         device = f"cuda:{p['rank'] % gpus}" if gpus else "cpu"  # two ranks on one GPU share it
         assert p["world_size"] == 2 and p["suffix"] == f".rank{p['rank']}" and p["device"] == device

@@ -173,6 +173,16 @@ MODEL_FOLDER_FILES = {
 }
 
 
+def installed_version(distribution: str) -> str | None:
+    """The installed version of a distribution (None: not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def is_local(path: Path) -> bool:
     """Whether ``path`` names a file or folder here (False for a name no file system takes: too long, NUL)."""
     try:

@@ -16,6 +16,7 @@ import re
 from cs3_tasks.asr.config import AsrConfig, AsrModelError
 from cs3_tasks.core.environment import env_int, refused
 from cs3_tasks.harness.distributed import cpu_threads_per_process
+from cs3_tasks.harness.distributed import cuda_device_count as torch_cuda_device_count
 
 DEFAULT_BATCH_SIZE = 8  # clips per batched decode (faster-whisper) on a CPU
 # On a GPU the batch is bounded by memory, not cores: benchmarks/gpu_asr.py measures clips/s per batch size.
@@ -71,9 +72,7 @@ def cuda_device_count(backend: str = "faster-whisper") -> int:
             import ctranslate2
 
             return int(ctranslate2.get_cuda_device_count())
-        import torch
-
-        return torch.cuda.device_count()
+        return torch_cuda_device_count()
     except (ImportError, RuntimeError):
         return 0
 

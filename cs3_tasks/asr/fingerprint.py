@@ -14,11 +14,10 @@ from __future__ import annotations
 import platform
 import re
 from dataclasses import asdict
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from cs3_tasks.asr.config import AsrConfig, decoding_options, is_local
+from cs3_tasks.asr.config import AsrConfig, decoding_options, installed_version, is_local
 from cs3_tasks.asr.convert import offline_transformers_whisper
 from cs3_tasks.asr.device import asr_device
 from cs3_tasks.asr.numerics import NATIVE, cpu_features, numerics_mode
@@ -78,7 +77,7 @@ def machine() -> dict[str, Any]:
     return {
         "platform": f"{platform.system()}-{platform.machine()}",
         "python": platform.python_version(),
-        "numpy": _version("numpy"),
+        "numpy": installed_version("numpy"),
         "cpu_features": cpu_features(),
     }
 
@@ -93,14 +92,7 @@ def numerics_of(backend: str, device: str) -> str:
 
 def engine_versions(backend: str) -> dict[str, str | None]:
     """Installed versions of the distributions the backend computes with (None: not installed)."""
-    return {name: _version(name) for name in ENGINE_PACKAGES.get(backend, ())}
-
-
-def _version(distribution: str) -> str | None:
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
+    return {name: installed_version(name) for name in ENGINE_PACKAGES.get(backend, ())}
 
 
 def model_identity(model: str) -> dict[str, str | None]:

@@ -25,7 +25,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from cs3_tasks.asr.config import AsrModelError
+from cs3_tasks.asr.config import AsrModelError, installed_version
 from cs3_tasks.core.refusal import Refusal
 
 # pip distributions of the CUDA 12 libraries CTranslate2 4.x loads
@@ -58,7 +58,7 @@ def device_refusal(backend: str, device: str, exc: BaseException) -> str:
     cause = " ".join(f"{type(exc).__name__}: {exc}".split())
     missing = re.search(r"lib[\w+-]+\.so(\.\d+)*", cause)
     if backend == "faster-whisper":
-        version = _version("ctranslate2") or "?"
+        version = installed_version("ctranslate2") or "?"
         needs = (
             f"CTranslate2 {version} needs CUDA 12 (cuBLAS 12, cuDNN 9)"
             if version.startswith("4.")
@@ -71,7 +71,7 @@ def device_refusal(backend: str, device: str, exc: BaseException) -> str:
         )
     else:
         torch_cuda = _torch_cuda()
-        needs = f"torch {_version('torch') or '?'} is built for CUDA {torch_cuda or 'none'}"
+        needs = f"torch {installed_version('torch') or '?'} is built for CUDA {torch_cuda or 'none'}"
         ways = "--asr-device cpu (the benchmark's portable transcripts), or a torch built for this CUDA"
     named = f"{missing.group(0)} cannot be loaded" if missing else cause
     return (
@@ -141,13 +141,6 @@ def _pip_library_owners() -> dict[str, str]:
                 lib = Path(str(file.locate())).parent
                 owners.setdefault(str(lib), f"{name.lower()} {distribution.version}")
     return owners
-
-
-def _version(distribution: str) -> str | None:
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def _torch_cuda() -> Any:

@@ -47,11 +47,17 @@ _RUNNERS_LOCK = threading.Lock()
 _CHECKED: dict[tuple[str, str, str], dict[str, str]] = {}  # (backend, model, device) -> CUDA libraries
 
 
+def loadable_model(model: str) -> str:
+    """What a model name loads as: the offline Whisper-base joined (faster-whisper) or converted
+    (transformers) on first use; any other name as it is."""
+    return convert_if_offline(join_if_offline(model))
+
+
 def load_runner(backend: str | None = None, model: str | None = None, device: str | None = None) -> Runner:
     """The loaded model (once per process) that ``transcribe_batch`` would use, for direct calls."""
     backend = backend or default_backend()
     check_backend(backend)
-    model_name = convert_if_offline(join_if_offline(model or default_model(backend)))
+    model_name = loadable_model(model or default_model(backend))
     return cached_runner(backend, model_name, asr_device(device, backend))
 
 
@@ -65,7 +71,7 @@ def check_asr_device(config: AsrConfig) -> dict[str, str]:
     device = asr_device(resolved.device, backend)
     if device == "cpu":
         return {}
-    key = (backend, convert_if_offline(join_if_offline(str(resolved.model))), device)
+    key = (backend, loadable_model(str(resolved.model)), device)
     with _RUNNERS_LOCK:
         if key in _CHECKED:
             return _CHECKED[key]

@@ -80,12 +80,10 @@ from cs3_tasks.asr.config import (
     decoding_options,
     max_new_tokens,
 )
-from cs3_tasks.asr.convert import convert_if_offline
 from cs3_tasks.asr.device import asr_device, batch_size_for
 from cs3_tasks.asr.fingerprint import asr_fingerprint, fingerprint_key
 from cs3_tasks.asr.gpu import AsrDeviceError, is_machine_fault
-from cs3_tasks.asr.offline import join_if_offline
-from cs3_tasks.asr.runners import BatchRunner, PackingRunner, Runner, cached_runner
+from cs3_tasks.asr.runners import BatchRunner, PackingRunner, Runner, cached_runner, loadable_model
 from cs3_tasks.core.audio import (
     SAMPLE_RATE,
     AudioClip,
@@ -128,7 +126,7 @@ def transcribe_batch(
     batch_size = batch_size_for(device, backend) if batch_size is None else batch_size
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    model_name = convert_if_offline(join_if_offline(config.model))
+    model_name = loadable_model(str(config.model))
     options = decoding_options(short_clips)
     packed = options.short_clip_decoding == "packed"
     results: list[Transcript | None] = [None] * len(audios)

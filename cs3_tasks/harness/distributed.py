@@ -49,7 +49,7 @@ class ProcessGroup:
     def device(self, requested: str | None = None) -> str:
         """The device of this rank: ``cuda:<local_rank % GPUs>`` for a CUDA request (or none, when CUDA is
         there) under a launcher; otherwise the requested device as given, or "cpu"/"cuda" when none was."""
-        gpus = _cuda_device_count()
+        gpus = cuda_device_count()
         if requested and not str(requested).startswith("cuda"):
             return str(requested)  # "cpu", "mps", ...: one kind of device for every rank
         if not gpus:
@@ -69,7 +69,7 @@ def process_group() -> ProcessGroup:
         return _GROUP
     dist = _torch_distributed()
     if dist is not None and not dist.is_initialized() and launch_world_size() > 1:
-        backend = collective_backend(local_world_size(), _cuda_device_count())
+        backend = collective_backend(local_world_size(), cuda_device_count())
         if backend == "gloo":  # no GPU, or ranks that share one (NCCL refuses two ranks on one GPU)
             dist.init_process_group(backend="gloo", timeout=COLLECTIVE_TIMEOUT)
         else:
@@ -149,23 +149,17 @@ def collective_backend(local_world: int, gpus: int) -> str:
 
 def local_world_size() -> int:
     """Processes of this launch on this machine (``LOCAL_WORLD_SIZE``, else ``WORLD_SIZE``)."""
-    try:
-        return int(os.environ.get("LOCAL_WORLD_SIZE") or launch_world_size())
-    except ValueError:
-        return launch_world_size()
+    return env_int("LOCAL_WORLD_SIZE", launch_world_size(), minimum=1)
 
 
-def _cuda_device_count() -> int:
+def cuda_device_count() -> int:
+    """CUDA devices torch can use here (0 without torch or CUDA)."""
     try:
         import torch
 
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
     except ImportError:
         return 0
-
-
-def _cuda_available() -> bool:
-    return _cuda_device_count() > 0
 
 
 def _active() -> bool:
