@@ -590,3 +590,44 @@ def test_store_and_summary_read_their_files_only_through_the_checked_reader():
         tree = ast.parse(path.read_text(encoding="utf-8"))
         reads = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "read_text"]
         assert not reads, path
+
+
+def test_a_cache_opened_by_several_processes_at_once_waits_out_sqlites_immediate_lock_answer(tmp_path):
+    """Processes opening one new cache file at once: sqlite answers one of them "database is locked"
+    without its busy wait while another switches the file to WAL (CI saw it once in ~200 such opens).
+    The open retries that answer; any other error is not retried."""
+    import sqlite3
+
+    from cs3_tasks.core import cache as cache_module
+
+    class LockedTwice:
+        def __init__(self, conn):
+            self.conn, self.calls = conn, 0
+
+        def __enter__(self):
+            return self.conn.__enter__()
+
+        def __exit__(self, *exc):
+            return self.conn.__exit__(*exc)
+
+        def execute(self, sql, *args):
+            self.calls += 1
+            if self.calls <= 2:
+                raise sqlite3.OperationalError("database is locked")
+            return self.conn.execute(sql, *args)
+
+    conn = sqlite3.connect(str(tmp_path / "c.sqlite"))
+    flaky = LockedTwice(conn)
+    cache_module._set_up_on_open(flaky)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("SELECT COUNT(*) FROM cache").fetchone()[0] == 0
+
+    class Broken(LockedTwice):
+        def execute(self, sql, *args):
+            self.calls += 1
+            raise sqlite3.OperationalError("disk I/O error")
+
+    broken = Broken(conn)
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        cache_module._set_up_on_open(broken)
+    assert broken.calls == 1

@@ -19,6 +19,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import tenacity
+
 from cs3_tasks.core.text import valid_unicode
 
 CACHE_ENV = "CS3_BENCH_CACHE"
@@ -111,6 +113,29 @@ def _decodes(blob: bytes) -> bool:
     return audio.size > 0
 
 
+OPEN_TIMEOUT_S = 60
+
+
+def _is_lock_contention(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
+
+
+# Switching a new file to WAL needs sqlite's exclusive lock, and when processes open the same new file
+# at once sqlite answers one of them "database is locked" at once, without its busy wait (it would
+# deadlock): that answer is retried here, bounded by the same timeout as any other wait for the file.
+@tenacity.retry(
+    retry=tenacity.retry_if_exception(_is_lock_contention),
+    stop=tenacity.stop_after_delay(OPEN_TIMEOUT_S),
+    wait=tenacity.wait_random(0.01, 0.2),
+    reraise=True,
+)
+def _set_up_on_open(conn: sqlite3.Connection) -> None:
+    with conn:
+        if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":  # WAL persists in the file
+            conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE IF NOT EXISTS cache (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+
+
 class SqliteCache:
     """A thread-safe persistent dict of str -> JSON value, stored in one sqlite file."""
 
@@ -119,12 +144,8 @@ class SqliteCache:
         self._lock = threading.Lock()
         try:  # an unusable cache path is an OSError naming it (sqlite's own error names no path)
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=60)
-            with self._lock, self._conn:
-                self._conn.execute("PRAGMA journal_mode=WAL")
-                self._conn.execute(
-                    "CREATE TABLE IF NOT EXISTS cache (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
-                )
+            self._conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=OPEN_TIMEOUT_S)
+            _set_up_on_open(self._conn)
         except (OSError, sqlite3.Error) as exc:
             cause = getattr(exc, "strerror", None) or str(exc)
             if any(folder.exists() and not folder.is_dir() for folder in self.path.parents):
