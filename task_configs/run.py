@@ -82,6 +82,17 @@ class LmEvalRun:
     def records_of(self, variant: str, set_name: str) -> list[dict] | None:
         return self.records.get((variant, set_name))
 
+    def failed_tasks(self) -> list[str]:
+        """One line per task and channel of this run that failed as a whole (`scoring.run.failed_parts`, the
+        rule ``cs3-bench score`` applies), from the records the filters kept (every rank's, gathered)."""
+        from cs3_tasks.scoring.run import failed_parts
+
+        return [
+            f"cs3_{set_name}{'_text' if variant == 'text' else ''}: {line}"
+            for (variant, set_name), records in sorted(self.records.items())
+            for line in failed_parts(records, "lm-eval's --log_samples files")
+        ]
+
     def summary(self, kind: str, records: Sequence[Mapping], summarize: Callable[[list], dict]) -> dict:
         """``summarize(records)``, computed once per record content (every aggregation of a task gets
         the same records)."""

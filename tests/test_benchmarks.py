@@ -151,6 +151,14 @@ def test_asr_stages(tmp_path):
     assert result.returncode == 0
     for line in ("default allocator:", "ASR process's allocator:", "OMP_WAIT_POLICY=PASSIVE:", "encoder"):
         assert line in result.stdout
+    # every setting computes under our ASR child's arithmetic (portable here: the engine's pinned variables)
+    from cs3_tasks.asr.numerics import PORTABLE, engine_environment, numerics_mode
+
+    pinned = ", ".join(sorted(engine_environment())) or "none"
+    assert result.stdout.count(f"(engine variables pinned: {pinned})") == 3, result.stdout
+    assert f"{numerics_mode()} arithmetic" in result.stdout and (
+        numerics_mode() != PORTABLE or pinned != "none"
+    )
 
 
 @pytest.mark.slow

@@ -472,3 +472,27 @@ def test_the_launcher_is_changed_for_cs3_launches_only(arguments, ours):
     assert lm_eval_hook.is_cs3_launch(arguments) is ours
     with pytest.raises(SystemExit if ours else ChildFailedError):
         launcher.launch_agent(None, "python", arguments)
+
+
+@pytest.mark.parametrize(("first_code", "launcher_exit"), [(2, 2), (3, 3), (1, None)])
+def test_the_launcher_ends_with_the_code_the_first_process_said_why_for(first_code, launcher_exit):
+    """2 (a refused run) and 3 (a set failed as a whole): the first process said why in one line, so the
+    launcher exits with that code, without its own traceback; any other failure is torch's to report."""
+    import types
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    def ended(config, entrypoint, args):
+        failures = {0: ProcessFailure(0, 1, first_code, "/nonexistent"), 1: ProcessFailure(1, 2, -15, "/x")}
+        raise ChildFailedError("lm_eval", failures)
+
+    launcher = types.SimpleNamespace(launch_agent=ended)
+    lm_eval_hook.patch_launcher(launcher)
+    arguments = ["-m", "lm_eval", "--model", "cs3-precomputed", "--tasks", "cs3"]
+    if launcher_exit is None:
+        with pytest.raises(ChildFailedError):
+            launcher.launch_agent(None, "python", arguments)
+    else:
+        with pytest.raises(SystemExit) as ended_with:
+            launcher.launch_agent(None, "python", arguments)
+        assert ended_with.value.code == launcher_exit

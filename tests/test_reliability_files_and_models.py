@@ -425,6 +425,45 @@ def test_a_run_whose_every_clip_failed_asr_exits_3_naming_the_speech_channel(tmp
     assert "text channel" not in err
 
 
+@pytest.mark.parametrize("command", ["lm_eval", "cs3-bench eval"])
+def test_an_lm_eval_run_whose_set_failed_as_a_whole_exits_3_naming_the_task_and_channel(
+    command, tmp_path, monkeypatch
+):
+    """The same rule under ``lm_eval`` and ``cs3-bench eval``: the results are written, then one line per
+    failed task and channel on stderr and exit 3 (before, exit 0 and nothing said). A run that is whole
+    exits 0 (the other lm-eval tests)."""
+    import shutil
+    import subprocess
+    import sys
+
+    from lm_eval_runner import JUDGE_ENV
+
+    outputs = tmp_path / "outputs"
+    shutil.copytree(PACKAGE / "demo" / "responses" / "demo-strong", outputs)
+    for clip in (outputs / "wav" / "knowledge").iterdir():
+        clip.write_bytes(b"not audio")  # every clip of the set fails ASR; its text channel is fine
+    args = ["--model", "cs3-precomputed", "--model_args", f"outputs={outputs}", "--tasks", "cs3_knowledge"]
+    args += ["--metadata", '{"dataset": "demo", "judge": "none"}', "--output_path", str(tmp_path / "r")]
+    program = (
+        [sys.executable, "-m", "lm_eval", "run"]
+        if command == "lm_eval"
+        else [sys.executable, "-m", "cs3_tasks.cli", "eval"]
+    )
+    env = {k: v for k, v in os.environ.items() if k not in JUDGE_ENV}
+    env["CS3_BENCH_CACHE"] = str(tmp_path / "cache")
+    done = subprocess.run(
+        [*program, *args], env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 3, done.stderr[-2000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(
+        "error: cs3_knowledge: knowledge, speech channel: 24 of 24 items have no response on a channel "
+        "(ASR failed on 24: "
+    ), errors
+    assert list((tmp_path / "r").rglob("results_*.json")), "the results are written first"
+    assert "acc_text" in done.stdout and "Traceback" not in done.stderr
+
+
 def test_the_rule_is_documented():
     doc = (PACKAGE.parent / "docs" / "reliability.md").read_text(encoding="utf-8")
     assert "failed as a whole" in doc and "exits 3" in doc and "failed_parts" in doc

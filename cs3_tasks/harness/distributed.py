@@ -96,14 +96,14 @@ def _leave_group() -> None:
         dist.destroy_process_group()
 
 
-def end_of_launch(timeout: timedelta = END_OF_LAUNCH_TIMEOUT) -> None:
-    """End this process of a finished launch: wait until every rank is done (bounded), flush, and exit 0
-    without tearing down in C++. A rank that exits normally destroys torch's and gloo's objects at interpreter
-    shutdown, and that has aborted a rank whose work was done ('terminate called without an active
-    exception', rarely, even with the group left at exit), after which the launcher stops the others before
-    the first rank writes its results. Nothing is left to run: lm-eval has written its results. A no-op
-    outside a launch, and in a launch whose group no cs3 model joined (`process_group`): other models' runs
-    end as lm-eval ends them."""
+def end_of_launch(timeout: timedelta = END_OF_LAUNCH_TIMEOUT, exit_code: int = 0) -> None:
+    """End this process of a finished launch: wait until every rank is done (bounded), flush, and exit with
+    ``exit_code`` without tearing down in C++. A rank that exits normally destroys torch's and gloo's objects
+    at interpreter shutdown, and that has aborted a rank whose work was done ('terminate called without an
+    active exception', rarely, even with the group left at exit), after which the launcher stops the others
+    before the first rank writes its results. Nothing is left to run: lm-eval has written its results. A
+    no-op outside a launch, and in a launch whose group no cs3 model joined (`process_group`): other models'
+    runs end as lm-eval ends them."""
     if _GROUP is None or not _GROUP.distributed or not _active():
         return
     import torch.distributed as dist
@@ -118,7 +118,7 @@ def end_of_launch(timeout: timedelta = END_OF_LAUNCH_TIMEOUT) -> None:
             stream.flush()
         except (OSError, ValueError):
             pass
-    os._exit(0)
+    os._exit(exit_code)
 
 
 def _group(rank: int, world_size: int) -> ProcessGroup:

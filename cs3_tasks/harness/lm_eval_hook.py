@@ -337,28 +337,44 @@ def patch_table(utils_module) -> None:
     _install(utils_module, "make_table", make_table, original)
 
 
+def failed_tasks() -> list[str]:
+    """The cs3 tasks of this process's lm-eval run that failed as a whole on a channel, one line each
+    (``task_configs.run.LmEvalRun.failed_tasks``), none when no cs3 task ran."""
+    run_module = sys.modules.get("cs3_tasks.task_configs.run")
+    run = getattr(run_module, "RUN", None)
+    return run.failed_tasks() if run is not None else []
+
+
 def patch_cli(harness_module) -> None:
     """``lm_eval`` (the command, under any launcher): a run we refuse (`Refusal`: bad metadata, no judge key,
     few-shot, an unreachable dataset, a process left without items) ends with one line naming the fix and
-    exit code 2, no traceback (printed by the first process only, when several run). Python API callers of
-    ``simple_evaluate`` still get the exception."""
+    exit code 2, no traceback; a run with a cs3 task that failed as a whole (`failed_tasks`) ends, its results
+    written, with one line per such task and channel and exit code 3, as ``cs3-bench score`` does (lines
+    printed by the first process only, when several run). Python API callers of ``simple_evaluate`` still
+    get the exception, and the results."""
     cli = harness_module.HarnessCLI
     original = cli.execute
     if _patched(original):
         return
 
     def execute(self, args):
+        first = os.environ.get("RANK", "0") == "0"
         try:
             result = original(self, args)
         except Refusal as refusal:
-            if os.environ.get("RANK", "0") == "0":
+            if first:
                 print(f"error: {refusal}", file=sys.stderr, flush=True)
             raise SystemExit(2) from None
+        failed = failed_tasks()
+        for line in failed if first else ():
+            print(f"error: {line}", file=sys.stderr, flush=True)
         # under a launcher: every rank ends together, without a C++ teardown (imported here: the start-up
         # hook stays light for every Python process)
         from cs3_tasks.harness.distributed import end_of_launch
 
-        end_of_launch()
+        end_of_launch(exit_code=3 if failed else 0)
+        if failed:
+            raise SystemExit(3)
         return result
 
     _install(cli, "execute", execute, original)
@@ -377,8 +393,9 @@ def is_cs3_launch(arguments: Any) -> bool:
 def patch_launcher(launcher_module) -> None:
     """torchrun and ``accelerate launch`` (torch's elastic launcher), for a launch of a cs3 task or model
     only (`is_cs3_launch`; any other launch is left as torch runs it): when the first process to end refused
-    the run (exit code 2, having said why) and the others refused it too or were stopped by the launcher,
-    the launcher exits 2 too, without its own traceback."""
+    the run (exit code 2, having said why) or found a set failed as a whole (exit code 3, `patch_cli`), and
+    the others ended the same way or were stopped by the launcher, the launcher exits with that code too,
+    without its own traceback."""
     original = launcher_module.launch_agent
     if _patched(original):
         return
@@ -393,9 +410,11 @@ def patch_launcher(launcher_module) -> None:
         except ChildFailedError as failed:
             _, first = failed.get_first_failure()
             # the others ended with it or were stopped by the launcher (a signal: a negative exit code)
-            others = {failure.exitcode for failure in failed.failures.values()} - {2}
-            if first.exitcode == 2 and all(code < 0 for code in others):
-                raise SystemExit(2) from None
+            # 2: refused, 3: a set failed as a whole; the first process has said why in one line each
+            said = first.exitcode if first.exitcode in (2, 3) else None
+            others = {failure.exitcode for failure in failed.failures.values()} - {said}
+            if said is not None and all(code < 0 for code in others):
+                raise SystemExit(said) from None
             raise
 
     _install(launcher_module, "launch_agent", launch_agent, original)

@@ -333,7 +333,7 @@ def scoring_outcome(
     return ScoreOutcome(3 if message else 0, tuple(set_names), message, parts)
 
 
-def failed_parts(records: Iterable[Mapping], out: Path) -> list[str]:
+def failed_parts(records: Iterable[Mapping], out: Path | str) -> list[str]:
     """The rule of a set that failed as a whole (docs/reliability.md), pure: one line for each set and
     channel where more than half of the judge verdicts asked failed or are unparsed, or more than half of
     the items have no response on the channel (generation, TTS or ASR failed). A channel no item of the set
