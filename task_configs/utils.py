@@ -229,9 +229,8 @@ def model_output(doc: Mapping, responses: Any):
     if problem and payload.text is None and payload.audio is None:
         return ModelOutput(qid, None, None, problem=problem)  # no output at all: channels "missing"
     text, repair = repair_text(payload.text) if isinstance(payload.text, str) else (payload.text, None)
-    if payload.audio is not None and not Path(payload.audio).is_file():
-        problem = join_problems(f"speech file not found: {payload.audio}", repair)
-        return ModelOutput(qid, text, None, problem=problem)
+    # a speech file that is not there is still the item's speech: the ASR fails it naming the file, and the
+    # channel counts it as missing (`scoring.outputs`)
     return ModelOutput(qid, text, payload.audio, problem=join_problems(problem, repair))
 
 

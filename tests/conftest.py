@@ -119,8 +119,18 @@ class FakeASR:
                 "short_clips": config.short_clips,
             }
         )
-        heard = [self.hear(audio, language) for audio in audios]
+        heard = [unreadable_audio(audio) or self.hear(audio, language) for audio in audios]
         return [h if isinstance(h, Transcript) else Transcript(text=h, language=language) for h in heard]
+
+
+def unreadable_audio(audio: Any) -> Transcript | None:
+    """The real engine's answer for a file it cannot read (missing, a directory, a FIFO: never opened)."""
+    import os
+
+    from cs3_tasks.core.audio import audio_file_problem
+
+    problem = audio_file_problem(audio) if isinstance(audio, (str, os.PathLike)) else None
+    return Transcript("", None, error=f"audio_error: {problem}") if problem else None
 
 
 @pytest.fixture

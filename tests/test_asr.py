@@ -27,7 +27,7 @@ from cs3_tasks.asr import packing as asr_packing
 from cs3_tasks.asr import runners as asr_runners
 from cs3_tasks.asr import transcribe as asr_transcribe
 from cs3_tasks.asr.process import IN_PROCESS_ENV, FasterWhisperProcess, runs_in_own_process
-from cs3_tasks.core.audio import SAMPLE_RATE, load_audio, resample
+from cs3_tasks.core.audio import SAMPLE_RATE, load_audio, resample, write_wav
 
 # Measured 2026-11-30 with Whisper-base int8, beam 5, language detection on: corpus CER 0.13 on the 250
 # clips (see benchmarks/belle_asr_cer.py). The bound leaves room for CPU/library differences but fails if
@@ -887,7 +887,7 @@ def test_short_clips_argument_overrides_env_and_keys_the_cache(fake_packed, monk
     assert asr.decoding_options("batched").short_clip_decoding == "batched"
 
 
-def test_shared_fake_asr_has_the_real_signature(fake_asr):
+def test_shared_fake_asr_has_the_real_signature(fake_asr, tmp_path):
     import inspect
 
     def shape(function):  # names, kinds and defaults of the parameters (annotations name the same types)
@@ -897,4 +897,9 @@ def test_shared_fake_asr_has_the_real_signature(fake_asr):
     fake = fake_asr(lambda clip, language: "heard")
     assert shape(fake) == shape(real)
     assert asr.transcribe_batch is fake
-    assert [t.text for t in asr.transcribe_batch(["a.wav"], "zh")] == ["heard"]
+    clip = tmp_path / "a.wav"
+    write_wav(clip, np.zeros(1600, dtype=np.float32), 16000)
+    assert [t.text for t in asr.transcribe_batch([clip], "zh")] == ["heard"]
+    # a file it cannot read is the real engine's per-item error, never a transcript
+    [missing] = asr.transcribe_batch([tmp_path / "absent.wav"], "zh")
+    assert missing.text == "" and missing.error.startswith("audio_error: missing audio file")

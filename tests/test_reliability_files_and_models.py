@@ -425,6 +425,37 @@ def test_a_run_whose_every_clip_failed_asr_exits_3_naming_the_speech_channel(tmp
     assert "text channel" not in err
 
 
+@pytest.mark.parametrize("how", ["deleted from the authors' layout", "named relative to another folder"])
+def test_a_set_whose_every_audio_file_is_missing_fails_on_the_speech_channel_not_skips_it(
+    how, tmp_path, fakes, capsys
+):
+    """Outputs that name a speech file for every item when none is there (deleted, or paths written relative
+    to another folder: a new user's slip) are a speech channel with no response, exit 3, never a text-only
+    model's "not applicable" (before: speech n/a, exit 0)."""
+    asr, _ = fakes
+    outputs, dataset = _cli_fixture(tmp_path, asr)
+    if how.startswith("deleted"):
+        for wav in (outputs / "wav").rglob("*.wav"):
+            wav.unlink()
+    else:  # our layout, each wav named relative to a folder that is not the outputs folder
+        outputs = tmp_path / "ours"
+        outputs.mkdir()
+        docs = json.loads(dataset.read_text(encoding="utf-8"))
+        rows = [{"Qid": d["Qid"], "text": "答案", "audio": f"elsewhere/{d['Qid']}.wav"} for d in docs]
+        (outputs / "knowledge.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8"
+        )
+    assert score_cli.run(_args(outputs, tmp_path / "r", dataset)) == 3
+    err = capsys.readouterr().err
+    assert (
+        "error: knowledge, speech channel: 6 of 6 items have no response on a channel (ASR failed on 6: "
+        in err
+    )
+    assert "missing audio file" in err and "text channel" not in err
+    summary = json.loads((tmp_path / "r" / "knowledge.summary.json").read_text(encoding="utf-8"))
+    assert summary["speech"]["n_missing"] == 6 and summary["speech"]["accuracy"]["complete"] is False
+
+
 @pytest.mark.parametrize("command", ["lm_eval", "cs3-bench eval"])
 def test_an_lm_eval_run_whose_set_failed_as_a_whole_exits_3_naming_the_task_and_channel(
     command, tmp_path, monkeypatch

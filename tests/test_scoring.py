@@ -26,8 +26,10 @@ from cs3_tasks.scoring.outputs import ModelOutput, read_outputs
 from cs3_tasks.scoring.summary import compare_cs_en, summarize, summary_markdown
 
 try:  # tests/ is on sys.path under pytest's default import mode
+    from conftest import unreadable_audio
     from judge_server import FakeJudgeServer, Reply, by_keyword
 except ImportError:  # pragma: no cover
+    from tests.conftest import unreadable_audio
     from tests.judge_server import FakeJudgeServer, Reply, by_keyword
 
 DOCS = [
@@ -80,7 +82,7 @@ def _silence(path: Path, seconds: float = 0.2) -> None:
 
 
 class FakeASR:
-    """transcribe_batch stand-in: transcript per wav file name; garbage files give an error."""
+    """transcribe_batch stand-in: transcript per wav file name; garbage and unreadable files give an error."""
 
     def __init__(self, transcripts: dict[str, str]):
         self.transcripts = transcripts
@@ -100,7 +102,9 @@ class FakeASR:
         self.calls.append(names)
         out = []
         for audio, name in zip(audios, names):
-            if Path(audio).read_bytes()[:4] != b"RIFF":
+            if unreadable_audio(audio) is not None:  # as the real engine answers it
+                out.append(unreadable_audio(audio))
+            elif Path(audio).read_bytes()[:4] != b"RIFF":
                 out.append(Transcript("", None, error=f"audio_error: cannot decode {name}"))
             else:
                 out.append(Transcript(self.transcripts.get(name, ""), "zh"))
@@ -195,7 +199,9 @@ def test_read_outputs_authors_layout_reports_problems_per_item(tmp_path):
     assert outputs["k-000"].audio.endswith("k-000.wav")
     assert "duplicate Qid" in outputs["k-000"].problem
     assert outputs["k-001"].text == "   "  # kept: an empty answer is scored (as not correct)
-    assert "empty text response" in outputs["k-001"].problem and "missing wav" in outputs["k-001"].problem
+    assert outputs["k-001"].problem == "empty text response"
+    # its wav is missing: the item's speech all the same, which the ASR fails naming the file
+    assert outputs["k-001"].audio == str(root / "wav" / "cs_knowledge" / "k-001.wav")
     assert outputs["k-002"].text is None and "bad JSON" in outputs["k-002"].problem
     assert outputs["k-002"].audio is not None  # its wav is still usable
     assert any("bad JSON" in (o.problem or "") and o.qid.startswith("<") for o in outputs.values())
@@ -215,7 +221,9 @@ def test_read_outputs_our_layout(tmp_path):
     outputs = read_outputs(root, "knowledge")
     assert outputs["k-000"].audio == str(root / "a.wav") and outputs["k-000"].problem is None
     assert outputs["k-001"].audio is None and outputs["k-001"].problem is None  # text-only: not a problem
-    assert outputs["k-002"].audio is None and "missing audio file" in outputs["k-002"].problem
+    # a file that is not there is still the item's speech: the ASR fails it ("missing audio file"), so the
+    # speech channel counts it as missing, never as not applicable
+    assert outputs["k-002"].audio == str(root / "nope.wav") and outputs["k-002"].problem is None
 
 
 def test_read_outputs_without_files_names_the_layouts(tmp_path):

@@ -228,6 +228,8 @@ def audio_file_problem(path: str | os.PathLike) -> str | None:
         return f"missing audio file: {p}"
     except OSError as exc:  # permission on a parent, a name too long, a loop of links, ...
         return f"audio file {p} cannot be examined: {exc.strerror or exc}"
+    except ValueError:  # a name no file system takes: a NUL, a lone surrogate (half an emoji)
+        return f"audio path {str(p)!r} cannot name a file"
     if stat.S_ISDIR(mode):
         return f"audio path {p} is a directory, not a file"
     if not stat.S_ISREG(mode):

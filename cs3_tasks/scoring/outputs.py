@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cs3_tasks.core.audio import audio_file_problem
 from cs3_tasks.core.data import SETS, check_set
 from cs3_tasks.core.text import valid_text
 
@@ -346,9 +345,8 @@ def _authors_wav(outputs_dir: Path, set_name: str, qid: str) -> tuple[str | None
             if wav.is_file():
                 return str(wav), None
         wav = outputs_dir / "wav" / f"{qid}.wav"
-        if not wav.is_file():  # a directory or a FIFO by that name is said as such (never opened)
-            missing = f"missing wav: wav/{stem}/{qid}.wav (or wav/{qid}.wav)"
-            return None, audio_file_problem(wav) if wav.exists() else missing
+        if not wav.exists():  # still the item's speech: the ASR fails it, naming the file (`_our_audio`)
+            return str(outputs_dir / "wav" / stem / f"{qid}.wav"), None
     except OSError as exc:
         return None, f"no wav for Qid {qid[:40]!r}...: {exc.strerror}"
     return str(wav), None
@@ -361,8 +359,10 @@ def _our_audio(outputs_dir: Path, audio: Any) -> tuple[str | None, str | None]:
         return None, f"audio field is not a path: {audio!r}"
     path = Path(audio) if Path(audio).is_absolute() else outputs_dir / audio
     try:  # a name too long for the file system (ENAMETOOLONG) is that item's problem
-        if not path.is_file():  # a directory or a FIFO is said as such (never opened)
-            return None, audio_file_problem(path) if path.exists() else f"missing audio file: {audio}"
+        path.exists()
     except OSError as exc:
         return None, f"audio file {audio[:60]!r}...: {exc.strerror}"
+    # a file that is missing or not a regular file is still the item's speech: the ASR fails that item
+    # naming the cause (`core.audio.audio_file_problem`, which never opens a FIFO), so the speech channel
+    # counts it as missing; a set whose every file is missing fails as a whole, never "not applicable"
     return str(path), None
