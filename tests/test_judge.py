@@ -264,7 +264,7 @@ def test_timeout_gives_judge_error_quickly(tmp_path, judge_server):
     assert all(v.value is None for v in verdicts)
     assert all(v.error.startswith("judge_error: timeout") and "2 attempts" in v.error for v in verdicts)
     assert server.request_count == 3 * 2  # one retry per item
-    assert elapsed < 3.0
+    assert elapsed < 15.0  # 30 s if the 0.3 s timeout did not hold; room for a loaded machine
     # nothing is cached: with the server answering, a re-run asks again and succeeds
     server.mode = None
     assert [v.value for v in judge_knowledge(KNOWLEDGE, config)] == [True, True, True]

@@ -53,7 +53,7 @@ def test_timeout_bounds_the_whole_request_not_each_read(tmp_path):
         [verdict] = judge_knowledge([ITEM], _config(server.base_url, tmp_path, timeout=1.0))
         elapsed = time.monotonic() - start
     assert verdict.value is None and "timeout after 1 s" in verdict.error
-    assert elapsed < 4.0
+    assert elapsed < 20.0  # the body alone would take a minute; the bound leaves room for a loaded machine
 
 
 def test_a_long_reply_is_cut_with_a_note_and_the_cached_verdict_is_the_same(tmp_path):
