@@ -454,6 +454,10 @@ def test_a_set_whose_every_audio_file_is_missing_fails_on_the_speech_channel_not
     assert "missing audio file" in err and "text channel" not in err
     summary = json.loads((tmp_path / "r" / "knowledge.summary.json").read_text(encoding="utf-8"))
     assert summary["speech"]["n_missing"] == 6 and summary["speech"]["accuracy"]["complete"] is False
+    records = (tmp_path / "r" / "knowledge.records.jsonl").read_text(encoding="utf-8")
+    assert str(tmp_path) not in records  # the error names each file by its label, not by this machine's path
+    if not how.startswith("deleted"):
+        assert "missing audio file: elsewhere/k-000.wav" in records
 
 
 @pytest.mark.parametrize("command", ["lm_eval", "cs3-bench eval"])

@@ -188,6 +188,13 @@ def pair_outputs(
     return records, pairs
 
 
+def _named_by_label(error: str, source: Any, label: str | None) -> str:
+    """An ASR error that names the file by the record's label (relative to the outputs folder), not by this
+    machine's path: records name no local folder."""
+    path = str(source) if isinstance(source, (str, Path)) else None
+    return error.replace(path, label) if path and label and path != label else error
+
+
 def transcribe_outputs(
     records: Sequence[dict],
     pairs: Sequence[tuple[Mapping | None, ModelOutput | None]],
@@ -229,8 +236,9 @@ def transcribe_outputs(
     for i, transcript in zip(to_transcribe, transcripts):
         record = records[i]
         if transcript.error:
-            record["asr_error"] = transcript.error
-            record["problem"] = join_problems(record["problem"], asr_failed_problem(transcript.error))
+            error = _named_by_label(transcript.error, pairs[i][1].audio, record.get("audio"))
+            record["asr_error"] = error
+            record["problem"] = join_problems(record["problem"], asr_failed_problem(error))
         else:
             record["transcript"], record["asr_language"] = transcript.text, transcript.language
         record["asr_note"] = getattr(transcript, "note", None)
